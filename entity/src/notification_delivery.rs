@@ -1,0 +1,24 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "notification_deliveries")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub organization_id: String,
+    pub destination_id: String,
+    pub payload: Json,
+    pub status: String,
+    pub attempts: i32,
+    pub http_status: Option<i32>,
+    pub error: Option<String>,
+    pub next_attempt_at: Option<DateTimeUtc>,
+    pub lease_until: Option<DateTimeUtc>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,23 @@
+//! Schema migrations, run by `custintel serve` at start and by `custintel migrate`.
+pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_initial;
+mod m20261122_000020_tool_gateway_indexes;
+mod m20261122_000401_query_sessions;
+mod m20261122_000501_integration_connection_unique;
+mod m20261122_010000_engagement_session_restarts;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261122_000001_initial::Migration),
+            Box::new(m20261122_000020_tool_gateway_indexes::Migration),
+            Box::new(m20261122_000401_query_sessions::Migration),
+            Box::new(m20261122_000501_integration_connection_unique::Migration),
+            Box::new(m20261122_010000_engagement_session_restarts::Migration),
+        ]
+    }
+}

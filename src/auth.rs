@@ -1,0 +1,90 @@
+//! Platform API authentication: Bearer `ok_` keys, their scopes, and the organization they
+//! scope every lookup to.
+
+use poem_openapi::{auth::Bearer, SecurityScheme};
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
+
+use crate::{crypto::ApiKeyHash, platform::PlatformError};
+
+/// `Authorization: Bearer ok_...`: an API key of your organization (`custintel admin create-org`,
+/// `custintel admin create-key` or `custintel demo` print one).
+#[derive(SecurityScheme)]
+#[oai(ty = "bearer", bearer_format = "ok_ API key")]
+pub struct ApiKeyAuth(pub Bearer);
+
+pub const SCOPE_READ: &str = "read";
+pub const SCOPE_WRITE: &str = "write";
+
+/// Who is calling: the key and its organization.
+#[derive(Debug, Clone)]
+pub struct AuthContext {
+    pub organization_id: String,
+    pub key_id: String,
+    pub created_by_id: Option<String>,
+    pub scopes: Vec<String>,
+}
+
+impl AuthContext {
+    pub fn can_write(&self) -> bool {
+        self.scopes.iter().any(|s| s == SCOPE_WRITE)
+    }
+
+    /// The "agent write scope" every write platform action needs.
+    pub fn require_write(&self) -> Result<(), PlatformError> {
+        if self.can_write() {
+            Ok(())
+        } else {
+            Err(PlatformError::Forbidden(
+                "this API key is read-only: the write scope is required".to_string(),
+            ))
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("API keys start with `ok_`")]
+    Malformed,
+    #[error("invalid API key")]
+    Unknown,
+    #[error("this API key is disabled")]
+    Disabled,
+    #[error("key validation failed: {0}")]
+    Internal(#[from] sea_orm::DbErr),
+}
+
+impl From<AuthError> for PlatformError {
+    fn from(err: AuthError) -> Self {
+        match err {
+            AuthError::Internal(e) => PlatformError::from(e),
+            other => PlatformError::Unauthorized(other.to_string()),
+        }
+    }
+}
+
+/// Resolves a presented key to its organization.
+pub async fn authenticate(db: &DatabaseConnection, key: &str) -> Result<AuthContext, AuthError> {
+    let key = key.trim();
+    if !key.starts_with("ok_") {
+        return Err(AuthError::Malformed);
+    }
+    let hash = ApiKeyHash::of(key);
+    let row = entity::api_key::Entity::find()
+        .filter(entity::api_key::Column::KeyHash.eq(hash.0))
+        .one(db)
+        .await?
+        .ok_or(AuthError::Unknown)?;
+    if row.disabled {
+        return Err(AuthError::Disabled);
+    }
+    Ok(AuthContext {
+        organization_id: row.organization_id,
+        key_id: row.id,
+        created_by_id: row.created_by_id,
+        scopes: row
+            .scopes
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect(),
+    })
+}

@@ -1,0 +1,277 @@
+//! The Ingest API's domain: public keys, rate limits, allowed origins, request bodies,
+//! validation of every event type, identity resolution and the effects on the customer
+//! model, and the group-commit writer. Knows nothing of HTTP responses.
+
+pub mod body;
+pub mod effects;
+pub mod model;
+pub mod sensitive;
+pub mod store;
+pub mod validate;
+pub mod writer;
+
+use std::{
+    collections::HashMap,
+    num::NonZeroU32,
+    sync::{Arc, Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use entity::{organization, tracking_config, tracking_domain};
+use governor::{
+    clock::{Clock, DefaultClock},
+    middleware::StateInformationMiddleware,
+    state::{InMemoryState, NotKeyed},
+    Quota, RateLimiter,
+};
+use sea_orm::{ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter};
+use tokio::sync::{mpsc, oneshot};
+
+pub use validate::{EventError, MAX_EVENTS_PER_REQUEST};
+
+use crate::admin::DEFAULT_INGEST_RATE_LIMIT;
+
+/// How long a public key's configuration is trusted before it is read again: a key that is
+/// disabled, or a domain that is added, takes effect within this time.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+/// Keys remembered at most; beyond this, expired entries are dropped.
+const KEY_CACHE_MAX: usize = 10_000;
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
+
+/// A request the Ingest API refuses as a whole.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IngestError {
+    /// Unknown or inactive public key, or a browser origin that is not an enabled domain.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("request body is larger than {} bytes", body::MAX_BODY_BYTES)]
+    TooLarge,
+    #[error("rate limit exceeded: at most {limit} requests per second for this public key")]
+    RateLimited { limit: u32, retry_after_secs: u64 },
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The rate-limit state a response reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateInfo {
+    /// Requests per second allowed.
+    pub limit: u32,
+    /// Requests left in the current second.
+    pub remaining: u32,
+    /// Seconds until the allowance is full again.
+    pub reset_secs: u64,
+}
+
+/// An enabled public key's organization, as cached.
+pub struct Tracking {
+    pub organization_id: String,
+    /// Enabled tracking domains (hosts, lower case).
+    pub domains: Vec<String>,
+    limiter: Arc<Limiter>,
+    rate_limit: u32,
+}
+
+struct CachedKey {
+    fetched: Instant,
+    tracking: Option<Arc<Tracking>>,
+}
+
+/// What an accepted request did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestOutcome {
+    /// Events stored (including repeats of a `messageId` already stored).
+    pub processed: usize,
+    pub errors: Vec<EventError>,
+}
+
+/// The Ingest API's state: one per running application.
+#[derive(Clone)]
+pub struct Ingest {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: DatabaseConnection,
+    writer: OnceLock<mpsc::Sender<writer::Job>>,
+    keys: Mutex<HashMap<String, CachedKey>>,
+    /// Requests with keys that name no enabled configuration share one default allowance.
+    unknown_keys: Limiter,
+}
+
+fn limiter(per_second: u32) -> Limiter {
+    let rate = NonZeroU32::new(per_second.max(1)).unwrap_or(NonZeroU32::MIN);
+    RateLimiter::direct(Quota::per_second(rate)).with_middleware::<StateInformationMiddleware>()
+}
+
+fn rate_check(limiter: &Limiter, limit: u32) -> Result<RateInfo, IngestError> {
+    match limiter.check() {
+        Ok(snapshot) => {
+            let remaining = snapshot.remaining_burst_capacity();
+            let used = limit.saturating_sub(remaining);
+            Ok(RateInfo {
+                limit,
+                remaining,
+                // GCRA refills one request every 1/limit s: full again within a second.
+                reset_secs: u64::from(used > 0),
+            })
+        }
+        Err(not_until) => {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            Err(IngestError::RateLimited {
+                limit,
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            })
+        }
+    }
+}
+
+impl Ingest {
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                writer: OnceLock::new(),
+                keys: Mutex::new(HashMap::new()),
+                unknown_keys: limiter(DEFAULT_INGEST_RATE_LIMIT as u32),
+            }),
+        }
+    }
+
+    /// The enabled configuration of a public key, from the cache when fresh.
+    pub async fn lookup(&self, public_key: &str) -> Result<Option<Arc<Tracking>>, IngestError> {
+        if !public_key.starts_with("pk_") {
+            return Ok(None);
+        }
+        let previous = {
+            let keys = self.inner.keys.lock().map_err(|_| poisoned())?;
+            match keys.get(public_key) {
+                Some(c) if c.fetched.elapsed() < KEY_CACHE_TTL => return Ok(c.tracking.clone()),
+                Some(c) => c.tracking.clone(),
+                None => None,
+            }
+        };
+        let loaded = load_tracking(&self.inner.db, public_key)
+            .await
+            .map_err(|e| {
+                IngestError::Internal(format!("could not read the tracking configuration: {e}"))
+            })?;
+        let tracking = loaded.map(|(organization_id, domains, rate_limit)| {
+            // Keep the allowance already used when the limit did not change.
+            let limiter = match &previous {
+                Some(p) if p.rate_limit == rate_limit => p.limiter.clone(),
+                _ => Arc::new(limiter(rate_limit)),
+            };
+            Arc::new(Tracking {
+                organization_id,
+                domains,
+                limiter,
+                rate_limit,
+            })
+        });
+        let mut keys = self.inner.keys.lock().map_err(|_| poisoned())?;
+        if keys.len() >= KEY_CACHE_MAX {
+            keys.retain(|_, c| c.fetched.elapsed() < KEY_CACHE_TTL);
+        }
+        keys.insert(
+            public_key.to_string(),
+            CachedKey {
+                fetched: Instant::now(),
+                tracking: tracking.clone(),
+            },
+        );
+        Ok(tracking)
+    }
+
+    /// Counts a request against the key's allowance (or the shared one of unknown keys).
+    pub fn check_rate(&self, tracking: Option<&Tracking>) -> Result<RateInfo, IngestError> {
+        match tracking {
+            Some(t) => rate_check(&t.limiter, t.rate_limit),
+            None => rate_check(&self.inner.unknown_keys, DEFAULT_INGEST_RATE_LIMIT as u32),
+        }
+    }
+
+    /// Validates a body and stores its valid events; answers once they are committed.
+    pub async fn accept(
+        &self,
+        tracking: &Tracking,
+        body: &[u8],
+        received_at: DateTime<Utc>,
+    ) -> Result<IngestOutcome, IngestError> {
+        let (batch, errors) =
+            validate::validate_batch(&tracking.organization_id, body, received_at)
+                .map_err(|r| IngestError::BadRequest(r.0))?;
+        let processed = if batch.events.is_empty() {
+            0
+        } else {
+            let (reply, answer) = oneshot::channel();
+            let writer = self
+                .inner
+                .writer
+                .get_or_init(|| writer::spawn(self.inner.db.clone()));
+            writer
+                .send(writer::Job { batch, reply })
+                .await
+                .map_err(|_| IngestError::Internal("the event writer has stopped".into()))?;
+            answer
+                .await
+                .map_err(|_| IngestError::Internal("the event writer has stopped".into()))?
+                .map_err(|e| {
+                    tracing::error!(error = %e, "storing events failed");
+                    IngestError::Internal("the events could not be stored; retry later".into())
+                })?
+        };
+        Ok(IngestOutcome { processed, errors })
+    }
+}
+
+fn poisoned() -> IngestError {
+    IngestError::Internal("internal state unavailable".into())
+}
+
+/// Whether a browser `Origin` may send events: its host must be an enabled tracking domain
+/// (any scheme and port).
+pub fn origin_allowed(tracking: &Tracking, origin: &str) -> bool {
+    let Ok(url) = url::Url::parse(origin.trim()) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.to_ascii_lowercase();
+    tracking.domains.iter().any(|d| *d == host)
+}
+
+async fn load_tracking(
+    db: &DatabaseConnection,
+    public_key: &str,
+) -> Result<Option<(String, Vec<String>, u32)>, DbErr> {
+    let Some(config) = tracking_config::Entity::find()
+        .filter(tracking_config::Column::PublicKey.eq(public_key))
+        .filter(tracking_config::Column::Active.eq(true))
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Some(org) = organization::Entity::find_by_id(config.organization_id.clone())
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let domains = tracking_domain::Entity::find()
+        .filter(tracking_domain::Column::OrganizationId.eq(org.id.as_str()))
+        .filter(tracking_domain::Column::Enabled.eq(true))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|d| d.domain.to_ascii_lowercase())
+        .collect();
+    let rate = u32::try_from(org.ingest_rate_limit.max(1)).unwrap_or(1);
+    Ok(Some((org.id, domains, rate)))
+}

@@ -1,0 +1,28 @@
+//! custintel: customer intelligence behind one typed HTTP API.
+//!
+//! [`server::app`] builds the poem application from the parts below, so tests can mount it
+//! in-process or serve it on a real socket.
+
+pub mod admin;
+pub mod api;
+pub mod auth;
+pub mod bench;
+pub mod bench_ingest;
+pub mod cli;
+pub mod config;
+pub mod correlation;
+pub mod crypto;
+pub mod db;
+pub mod demo;
+pub mod envelope;
+pub mod import;
+pub mod ingest;
+pub mod integrations;
+pub mod mcp;
+pub mod notify;
+pub mod platform;
+pub mod request;
+pub mod search;
+pub mod server;
+pub mod tools;
+pub mod types;

@@ -1,0 +1,246 @@
+//! The `custintel` command line: the server, migrations, administration and the demo, and the
+//! client commands that call a running service (`login`, `integrations`, `tools`, ...).
+
+use clap::{Args, Parser, Subcommand};
+use custintel::{admin, cli, config, db};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "custintel", version, about = "Customer intelligence service")]
+struct Cli {
+    /// Database to use: `sqlite://custintel.db?mode=rwc` (default) or `postgres://...`.
+    #[arg(long, global = true, env = "DATABASE_URL", default_value = db::DEFAULT_DATABASE_URL)]
+    database_url: String,
+    #[command(flatten)]
+    output: cli::OutputArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Migrate the database, then serve the Platform API, the Ingest API and the docs.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "CUSTINTEL_BIND", default_value = "127.0.0.1:8080")]
+        bind: String,
+        /// Base URL the service hands out in links (connect pages, webhook URLs).
+        #[arg(long, env = "CUSTINTEL_PUBLIC_URL")]
+        public_url: Option<String>,
+    },
+    /// Apply pending database migrations.
+    Migrate,
+    /// Administration on the database (works while a server runs on it).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Seed a realistic demo organization and print its keys.
+    Demo,
+    #[command(flatten)]
+    Client(cli::ClientCommand),
+    /// Import customers, users, workspace users, sources and facts from JSON Lines (one
+    /// record with a `kind` per line); prints what was imported and the rejected lines, and
+    /// exits 1 when any line was rejected.
+    Import {
+        /// The organization to import into.
+        #[arg(long = "org")]
+        org: String,
+        /// The JSON Lines file, or `-` for standard input.
+        file: String,
+    },
+    /// Benchmarks on generated data.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The Ingest API over loopback: events/s, latency, memory, and the storage ceiling.
+    Ingest {
+        /// Seconds of the peak-load phase (the half-load phase runs as long).
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Requests in flight at peak load.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// Latency of the tool gateway over HTTP on a generated data set in a temporary SQLite
+    /// database (100,000 customers, 500,000 users, 200,000 sources, 1,000,000 events by
+    /// default).
+    Tools(custintel::bench::ToolsBenchArgs),
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create an organization with an API key and an Ingest public key.
+    CreateOrg(CreateOrgArgs),
+    /// Create another API key for an organization.
+    CreateKey {
+        #[arg(long = "org")]
+        org: String,
+        /// Without the write scope: platform writes answer 403.
+        #[arg(long)]
+        read_only: bool,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Disable an API key.
+    DisableKey {
+        #[arg(long)]
+        key_id: String,
+    },
+}
+
+#[derive(Args)]
+struct CreateOrgArgs {
+    #[arg(long)]
+    name: String,
+    #[arg(long, value_enum, default_value = "free")]
+    plan: admin::Plan,
+    /// Tool calls per billing cycle (overrides the plan).
+    #[arg(long)]
+    api_call_limit: Option<i64>,
+    /// Integration connections (overrides the plan).
+    #[arg(long)]
+    connection_limit: Option<i64>,
+    /// Ingest API requests per second per public key (default 100).
+    #[arg(long)]
+    ingest_rate_limit: Option<i32>,
+    /// A domain whose pages may send tracking events from the browser (repeatable).
+    #[arg(long = "tracking-domain")]
+    tracking_domains: Vec<String>,
+}
+
+fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+async fn open_db(url: &str) -> anyhow::Result<sea_orm::DatabaseConnection> {
+    let db = db::connect(url, None).await?;
+    db::migrate(&db).await?;
+    Ok(db)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let url = cli.database_url;
+    match cli.command {
+        Command::Serve { bind, public_url } => {
+            let public = public_url.unwrap_or_else(|| format!("http://{bind}"));
+            let state = config::open_state(&url, &public).await?;
+            // Syncs and session expiry run in the background of every serving instance; the
+            // job leases keep several instances from running one sync twice.
+            let _scheduler = custintel::integrations::scheduler::spawn(
+                state.db.clone(),
+                state.secrets.clone(),
+                state.integrations.clone(),
+            );
+            custintel::server::serve(state, &bind, |addr| {
+                tracing::info!("custintel listening on http://{addr} (docs at /docs)");
+            })
+            .await
+        }
+        Command::Migrate => {
+            open_db(&url).await?;
+            print_json(&serde_json::json!({ "migrated": true }))
+        }
+        Command::Admin(cmd) => {
+            let db = open_db(&url).await?;
+            match cmd {
+                AdminCommand::CreateOrg(a) => print_json(
+                    &admin::create_org(
+                        &db,
+                        admin::NewOrganization {
+                            name: a.name,
+                            plan: a.plan,
+                            api_call_limit: a.api_call_limit,
+                            connection_limit: a.connection_limit,
+                            ingest_rate_limit: a.ingest_rate_limit,
+                            tracking_domains: a.tracking_domains,
+                        },
+                    )
+                    .await?,
+                ),
+                AdminCommand::CreateKey {
+                    org,
+                    read_only,
+                    name,
+                } => print_json(&admin::create_key(&db, &org, name, read_only).await?),
+                AdminCommand::DisableKey { key_id } => {
+                    print_json(&admin::disable_key(&db, &key_id).await?)
+                }
+            }
+        }
+        Command::Client(_) => Ok(()),
+        Command::Bench(BenchCommand::Ingest {
+            seconds,
+            concurrency,
+        }) => {
+            custintel::bench_ingest::run(custintel::bench_ingest::BenchOptions {
+                seconds: seconds.max(1),
+                concurrency: concurrency.max(1),
+            })
+            .await
+        }
+        Command::Demo => {
+            let db = open_db(&url).await?;
+            let secrets = config::load_secrets(&url)?;
+            let created = admin::create_org(
+                &db,
+                admin::NewOrganization {
+                    name: "Demo Co".into(),
+                    plan: admin::Plan::Pro,
+                    api_call_limit: None,
+                    connection_limit: None,
+                    ingest_rate_limit: None,
+                    tracking_domains: vec!["localhost".into()],
+                },
+            )
+            .await?;
+            custintel::demo::seed(&db, &secrets, &created.organization_id).await?;
+            print_json(&created)
+        }
+        Command::Import { org, file } => {
+            let db = open_db(&url).await?;
+            let text = if file == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+                text
+            } else {
+                std::fs::read_to_string(&file)
+                    .map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?
+            };
+            let report = custintel::import::import_file(&db, &org, &text).await?;
+            print_json(&report)?;
+            if !report.rejected.is_empty() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Tools(args)) => custintel::bench::tools(args).await,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,sea_orm=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let parsed = Cli::parse();
+    // Client commands print the service's message as text; the admin commands keep their
+    // one-JSON-object contract, errors included.
+    if let Command::Client(command) = parsed.command {
+        if let Err(err) = cli::run(command, parsed.output).await {
+            eprintln!("error: {err}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Err(err) = run(parsed).await {
+        eprintln!("{}", serde_json::json!({ "error": format!("{err:#}") }));
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,146 @@
+//! Agents: read, rename, re-instruct, change actions, disable.
+
+use chrono::Utc;
+use poem_openapi::Object;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, DatabaseConnection, EntityTrait, IntoActiveModel,
+    QueryFilter, QueryOrder, Set, TransactionTrait,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{audit, ActionContext, PlatformError, PlatformResult};
+use crate::{envelope::ResourceRef, request::Issues};
+use entity::agent;
+
+/// Changes to an agent; every field is optional and only sent fields change.
+#[derive(Debug, Default, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct AgentUpdate {
+    /// New display name, 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub display_name: Option<String>,
+    /// The agent's instructions, 1 to 10000 characters. Accepted here, never returned.
+    #[oai(validator(min_length = 1, max_length = 10000))]
+    pub instructions: Option<String>,
+    /// Keys of the actions the agent may take; each at least 1 character.
+    pub action_keys: Option<Vec<String>>,
+}
+
+pub async fn list(db: &DatabaseConnection, org: &str) -> PlatformResult<Vec<agent::Model>> {
+    Ok(agent::Entity::find()
+        .filter(agent::Column::OrganizationId.eq(org))
+        .order_by_asc(agent::Column::CreatedAt)
+        .order_by_asc(agent::Column::AgentKey)
+        .all(db)
+        .await?)
+}
+
+/// Finds an agent by id or by `agentKey` within the organization.
+pub async fn get<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    org: &str,
+    id: &str,
+) -> PlatformResult<agent::Model> {
+    let id = id.trim();
+    agent::Entity::find()
+        .filter(agent::Column::OrganizationId.eq(org))
+        .filter(
+            Condition::any()
+                .add(agent::Column::Id.eq(id))
+                .add(agent::Column::AgentKey.eq(id)),
+        )
+        .one(db)
+        .await?
+        .ok_or_else(|| PlatformError::NotFound(format!("agent `{id}` not found")))
+}
+
+fn validate(update: &AgentUpdate) -> PlatformResult<()> {
+    let mut issues = Issues::default();
+    if let Some(name) = &update.display_name {
+        issues.length(&["displayName"], name, 1, 120);
+    }
+    if let Some(text) = &update.instructions {
+        issues.length(&["instructions"], text, 1, 10_000);
+    }
+    if let Some(keys) = &update.action_keys {
+        for (i, key) in keys.iter().enumerate() {
+            if key.is_empty() {
+                issues.push(
+                    vec!["actionKeys".into(), i.into()],
+                    "must be at least 1 character long",
+                );
+            }
+        }
+    }
+    issues.into_result().map_err(Into::into)
+}
+
+pub struct AgentChange {
+    pub agent: agent::Model,
+    pub resources: Vec<ResourceRef>,
+    pub audit_id: String,
+}
+
+pub async fn update(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    id: &str,
+    changes: AgentUpdate,
+) -> PlatformResult<AgentChange> {
+    ctx.auth.require_write()?;
+    validate(&changes)?;
+    let txn = db.begin().await?;
+    let current = get(&txn, ctx.org(), id).await?;
+    let mut model = current.into_active_model();
+    let mut changed = Vec::new();
+    if let Some(name) = changes.display_name {
+        model.display_name = Set(name);
+        changed.push("displayName");
+    }
+    if let Some(text) = changes.instructions {
+        model.instructions = Set(text);
+        changed.push("instructions");
+    }
+    if let Some(keys) = changes.action_keys {
+        model.action_keys = Set(json!(keys));
+        changed.push("actionKeys");
+    }
+    model.updated_at = Set(Utc::now());
+    let agent = model.update(&txn).await?;
+    let resources = vec![ResourceRef::new("agent", agent.id.clone())];
+    let audit_id = audit::record(&txn, ctx, &resources, json!({ "changed": changed })).await?;
+    txn.commit().await?;
+    Ok(AgentChange {
+        agent,
+        resources,
+        audit_id,
+    })
+}
+
+/// Disables the agent: its schedule stops and has no next run.
+pub async fn disable(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    id: &str,
+) -> PlatformResult<AgentChange> {
+    ctx.auth.require_write()?;
+    let txn = db.begin().await?;
+    let current = get(&txn, ctx.org(), id).await?;
+    let was_enabled = current.schedule_enabled;
+    let mut model = current.into_active_model();
+    model.schedule_enabled = Set(false);
+    model.next_run_at = Set(None);
+    model.updated_at = Set(Utc::now());
+    let agent = model.update(&txn).await?;
+    let resources = vec![ResourceRef::new("agent", agent.id.clone())];
+    let audit_id =
+        audit::record(&txn, ctx, &resources, json!({ "wasEnabled": was_enabled })).await?;
+    txn.commit().await?;
+    Ok(AgentChange {
+        agent,
+        resources,
+        audit_id,
+    })
+}

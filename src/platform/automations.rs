@@ -1,0 +1,490 @@
+//! Automations: a trigger (signal occurrence or schedule), an audience, an optional agent, and
+//! the destinations results go to.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::Utc;
+use poem_openapi::{types::MaybeUndefined, Enum, Object};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{
+    audit, config_hash, defined, unique_key, uuid_id, ActionContext, PlatformError, PlatformResult,
+};
+use crate::{
+    envelope::ResourceRef,
+    request::{Issues, PathSegment},
+    types::enum_str,
+};
+use entity::{automation, automation_destination, automation_signal, destination, signal};
+
+/// What starts an automation run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TriggerType {
+    SignalOccurrence,
+    Schedule,
+}
+
+/// How the automation's signals combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MatchMode {
+    Any,
+    All,
+    AtLeast,
+}
+
+/// Who manages a configuration resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum ManagedBy {
+    #[oai(rename = "UI")]
+    Ui,
+    #[oai(rename = "CODE")]
+    Code,
+}
+
+/// A new automation. It is created disabled; enable it once its requirements are met.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct AutomationCreate {
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: String,
+    /// Up to 1000 characters, or null.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+    /// Unique in the organization; defaults to a slug of the name.
+    pub key: Option<String>,
+    pub trigger_type: TriggerType,
+    /// Trigger settings (an object), e.g. `{"cron": "0 9 * * 1"}` for a schedule.
+    pub trigger_json: BTreeMap<String, Value>,
+    /// Audience filter (an object); defaults to `{}`, everyone.
+    pub audience_filter_json: Option<BTreeMap<String, Value>>,
+    /// Agent that processes runs, or null.
+    #[serde(default)]
+    pub agent_id: MaybeUndefined<String>,
+    pub match_mode: MatchMode,
+    /// Ids of the organization's signals.
+    #[serde(default)]
+    pub signal_ids: Vec<String>,
+    /// Ids of the organization's destinations.
+    #[serde(default)]
+    pub destination_ids: Vec<String>,
+}
+
+/// An automation with the signals and destinations it is linked to.
+pub struct AutomationView {
+    pub automation: automation::Model,
+    pub signals: Vec<signal::Model>,
+    pub destinations: Vec<destination::Model>,
+}
+
+impl AutomationView {
+    pub fn active_signals(&self) -> usize {
+        self.signals
+            .iter()
+            .filter(|s| s.archived_at.is_none())
+            .count()
+    }
+
+    pub fn active_destinations(&self) -> usize {
+        self.destinations
+            .iter()
+            .filter(|d| d.enabled && d.archived_at.is_none())
+            .count()
+    }
+}
+
+/// Loads the links of several automations in two queries per kind.
+async fn views<C: ConnectionTrait>(
+    conn: &C,
+    automations: Vec<automation::Model>,
+) -> PlatformResult<Vec<AutomationView>> {
+    let ids: Vec<String> = automations.iter().map(|a| a.id.clone()).collect();
+    let sig_links = automation_signal::Entity::find()
+        .filter(automation_signal::Column::AutomationId.is_in(ids.clone()))
+        .all(conn)
+        .await?;
+    let dest_links = automation_destination::Entity::find()
+        .filter(automation_destination::Column::AutomationId.is_in(ids))
+        .all(conn)
+        .await?;
+    let signals: HashMap<String, signal::Model> = signal::Entity::find()
+        .filter(signal::Column::Id.is_in(sig_links.iter().map(|l| l.signal_id.clone())))
+        .all(conn)
+        .await?
+        .into_iter()
+        .map(|s| (s.id.clone(), s))
+        .collect();
+    let destinations: HashMap<String, destination::Model> = destination::Entity::find()
+        .filter(destination::Column::Id.is_in(dest_links.iter().map(|l| l.destination_id.clone())))
+        .all(conn)
+        .await?
+        .into_iter()
+        .map(|d| (d.id.clone(), d))
+        .collect();
+    Ok(automations
+        .into_iter()
+        .map(|a| {
+            let mut sigs: Vec<signal::Model> = sig_links
+                .iter()
+                .filter(|l| l.automation_id == a.id)
+                .filter_map(|l| signals.get(&l.signal_id).cloned())
+                .collect();
+            sigs.sort_by(|x, y| x.key.cmp(&y.key));
+            let mut dests: Vec<destination::Model> = dest_links
+                .iter()
+                .filter(|l| l.automation_id == a.id)
+                .filter_map(|l| destinations.get(&l.destination_id).cloned())
+                .collect();
+            dests.sort_by(|x, y| x.key.cmp(&y.key));
+            AutomationView {
+                automation: a,
+                signals: sigs,
+                destinations: dests,
+            }
+        })
+        .collect())
+}
+
+pub async fn list(
+    db: &DatabaseConnection,
+    org: &str,
+    include_archived: bool,
+) -> PlatformResult<Vec<AutomationView>> {
+    let mut q = automation::Entity::find().filter(automation::Column::OrganizationId.eq(org));
+    if !include_archived {
+        q = q.filter(automation::Column::ArchivedAt.is_null());
+    }
+    let rows = q
+        .order_by_asc(automation::Column::CreatedAt)
+        .order_by_asc(automation::Column::Key)
+        .all(db)
+        .await?;
+    views(db, rows).await
+}
+
+async fn find<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    id: &str,
+) -> PlatformResult<automation::Model> {
+    let id = uuid_id(id, "automation")?;
+    automation::Entity::find_by_id(id.clone())
+        .filter(automation::Column::OrganizationId.eq(org))
+        .one(conn)
+        .await?
+        .ok_or_else(|| PlatformError::NotFound(format!("automation `{id}` not found")))
+}
+
+async fn view_one<C: ConnectionTrait>(
+    conn: &C,
+    model: automation::Model,
+) -> PlatformResult<AutomationView> {
+    views(conn, vec![model])
+        .await?
+        .pop()
+        .ok_or_else(|| PlatformError::Internal("automation view vanished".into()))
+}
+
+pub async fn get(db: &DatabaseConnection, org: &str, id: &str) -> PlatformResult<AutomationView> {
+    let model = find(db, org, id).await?;
+    view_one(db, model).await
+}
+
+pub struct AutomationChange {
+    pub view: AutomationView,
+    pub resources: Vec<ResourceRef>,
+    pub audit_id: String,
+}
+
+fn resources_of(view: &AutomationView) -> Vec<ResourceRef> {
+    vec![ResourceRef::new("automation", view.automation.id.clone())]
+}
+
+/// What keeps an automation from being enabled; empty when it can be.
+fn unmet_requirements(view: &AutomationView) -> Vec<String> {
+    let mut unmet = Vec::new();
+    if view.automation.archived_at.is_some() {
+        unmet.push("the automation is archived".to_string());
+    }
+    if view.automation.trigger_type == "SIGNAL_OCCURRENCE" && view.active_signals() == 0 {
+        unmet.push(
+            "a SIGNAL_OCCURRENCE automation needs at least one active (non-archived) signal"
+                .to_string(),
+        );
+    }
+    if view.active_destinations() == 0 {
+        unmet.push("at least one enabled destination is required".to_string());
+    }
+    unmet
+}
+
+pub async fn enable(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    id: &str,
+) -> PlatformResult<AutomationChange> {
+    ctx.auth.require_write()?;
+    let txn = db.begin().await?;
+    let current = find(&txn, ctx.org(), id).await?;
+    let view = view_one(&txn, current).await?;
+    let view = if view.automation.enabled {
+        view
+    } else {
+        let unmet = unmet_requirements(&view);
+        if !unmet.is_empty() {
+            return Err(PlatformError::Conflict {
+                message: format!("automation cannot be enabled: {}", unmet.join("; ")),
+                unmet,
+            });
+        }
+        let AutomationView {
+            automation,
+            signals,
+            destinations,
+        } = view;
+        let mut model = automation.into_active_model();
+        model.enabled = Set(true);
+        model.updated_at = Set(Utc::now());
+        AutomationView {
+            automation: model.update(&txn).await?,
+            signals,
+            destinations,
+        }
+    };
+    let resources = resources_of(&view);
+    let audit_id = audit::record(&txn, ctx, &resources, json!({ "enabled": true })).await?;
+    txn.commit().await?;
+    Ok(AutomationChange {
+        view,
+        resources,
+        audit_id,
+    })
+}
+
+pub async fn disable(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    id: &str,
+) -> PlatformResult<AutomationChange> {
+    ctx.auth.require_write()?;
+    let txn = db.begin().await?;
+    let mut current = find(&txn, ctx.org(), id).await?;
+    if current.enabled {
+        let mut model = current.into_active_model();
+        model.enabled = Set(false);
+        model.next_run_at = Set(None);
+        model.updated_at = Set(Utc::now());
+        current = model.update(&txn).await?;
+    }
+    let view = view_one(&txn, current).await?;
+    let resources = resources_of(&view);
+    let audit_id = audit::record(&txn, ctx, &resources, json!({ "enabled": false })).await?;
+    txn.commit().await?;
+    Ok(AutomationChange {
+        view,
+        resources,
+        audit_id,
+    })
+}
+
+/// Ids among `wanted` that are not rows of the organization in `table`.
+async fn missing_ids<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    wanted: &[String],
+    kind: &str,
+) -> PlatformResult<Vec<usize>> {
+    let normalized: Vec<String> = wanted
+        .iter()
+        .map(|w| {
+            uuid::Uuid::parse_str(w.trim())
+                .map(|u| u.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    let found: Vec<String> = match kind {
+        "signal" => {
+            signal::Entity::find()
+                .select_only()
+                .column(signal::Column::Id)
+                .filter(signal::Column::OrganizationId.eq(org))
+                .filter(signal::Column::Id.is_in(normalized.clone()))
+                .into_tuple()
+                .all(conn)
+                .await?
+        }
+        _ => {
+            destination::Entity::find()
+                .select_only()
+                .column(destination::Column::Id)
+                .filter(destination::Column::OrganizationId.eq(org))
+                .filter(destination::Column::Id.is_in(normalized.clone()))
+                .into_tuple()
+                .all(conn)
+                .await?
+        }
+    };
+    Ok(normalized
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| !found.contains(id))
+        .map(|(i, _)| i)
+        .collect())
+}
+
+pub async fn create(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    body: AutomationCreate,
+) -> PlatformResult<AutomationChange> {
+    ctx.auth.require_write()?;
+    let org = ctx.org().to_string();
+    let mut issues = Issues::default();
+    issues.length(&["name"], &body.name, 1, 120);
+    if let MaybeUndefined::Value(d) = &body.description {
+        issues.length(&["description"], d, 0, 1000);
+    }
+    if let Some(key) = &body.key {
+        issues.length(&["key"], key, 1, 120);
+    }
+    let txn = db.begin().await?;
+    for i in missing_ids(&txn, &org, &body.signal_ids, "signal").await? {
+        issues.push(
+            vec!["signalIds".into(), PathSegment::from(i)],
+            "no such signal in this organization",
+        );
+    }
+    for i in missing_ids(&txn, &org, &body.destination_ids, "destination").await? {
+        issues.push(
+            vec!["destinationIds".into(), PathSegment::from(i)],
+            "no such destination in this organization",
+        );
+    }
+    let agent_id = defined(body.agent_id);
+    if let Some(agent) = &agent_id {
+        if super::agents::get(&txn, &org, agent).await.is_err() {
+            issues.push(vec!["agentId".into()], "no such agent in this organization");
+        }
+    }
+    issues.into_result()?;
+
+    let existing: Vec<String> = automation::Entity::find()
+        .select_only()
+        .column(automation::Column::Key)
+        .filter(automation::Column::OrganizationId.eq(org.as_str()))
+        .into_tuple()
+        .all(&txn)
+        .await?;
+    let key = match body.key {
+        Some(k) if existing.contains(&k) => {
+            return Err(PlatformError::Conflict {
+                message: format!("an automation with key `{k}` already exists"),
+                unmet: vec![format!("key `{k}` must be unique in the organization")],
+            })
+        }
+        Some(k) => k,
+        None => unique_key(&body.name, &existing),
+    };
+    let trigger = Value::Object(body.trigger_json.into_iter().collect());
+    let audience = Value::Object(
+        body.audience_filter_json
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+    );
+    let trigger_type = enum_str(&body.trigger_type);
+    let match_mode = enum_str(&body.match_mode);
+    let now = Utc::now();
+    let id = uuid::Uuid::new_v4().to_string();
+    let hash = config_hash(&json!({
+        "triggerType": trigger_type, "triggerJson": trigger, "audienceFilterJson": audience,
+        "matchMode": match_mode, "agentId": agent_id,
+    }));
+    let model = automation::ActiveModel {
+        id: Set(id.clone()),
+        organization_id: Set(org.clone()),
+        key: Set(key),
+        managed_by: Set("UI".into()),
+        name: Set(body.name),
+        description: Set(defined(body.description)),
+        enabled: Set(false),
+        trigger_type: Set(trigger_type),
+        trigger_json: Set(trigger),
+        audience_filter_json: Set(audience),
+        agent_id: Set(agent_id),
+        match_mode: Set(match_mode),
+        schema_version: Set(super::SCHEMA_VERSION.into()),
+        config_hash: Set(Some(hash)),
+        archived_at: Set(None),
+        last_run_at: Set(None),
+        last_run_status: Set(None),
+        next_run_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(&txn)
+    .await?;
+    link(&txn, &id, &body.signal_ids, &body.destination_ids).await?;
+    let view = view_one(&txn, model).await?;
+    let resources = resources_of(&view);
+    let audit_id =
+        audit::record(&txn, ctx, &resources, json!({ "key": view.automation.key })).await?;
+    txn.commit().await?;
+    Ok(AutomationChange {
+        view,
+        resources,
+        audit_id,
+    })
+}
+
+/// Links an automation to signals and destinations (ids already checked).
+pub async fn link<C: ConnectionTrait>(
+    conn: &C,
+    automation_id: &str,
+    signal_ids: &[String],
+    destination_ids: &[String],
+) -> PlatformResult<()> {
+    let norm = |ids: &[String]| -> Vec<String> {
+        let mut v: Vec<String> = ids
+            .iter()
+            .filter_map(|i| uuid::Uuid::parse_str(i.trim()).ok().map(|u| u.to_string()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let sigs = norm(signal_ids);
+    if !sigs.is_empty() {
+        automation_signal::Entity::insert_many(sigs.into_iter().map(|s| {
+            automation_signal::ActiveModel {
+                automation_id: Set(automation_id.to_string()),
+                signal_id: Set(s),
+            }
+        }))
+        .exec(conn)
+        .await?;
+    }
+    let dests = norm(destination_ids);
+    if !dests.is_empty() {
+        automation_destination::Entity::insert_many(dests.into_iter().map(|d| {
+            automation_destination::ActiveModel {
+                automation_id: Set(automation_id.to_string()),
+                destination_id: Set(d),
+            }
+        }))
+        .exec(conn)
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! Destinations: where automations and notifications deliver (signed webhooks, Slack channels).
+
+use base64::{engine::general_purpose::STANDARD as B64, Engine};
+use chrono::Utc;
+use poem_openapi::{types::MaybeUndefined, Object};
+use rand::RngCore;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{
+    audit, config_hash, defined, unique_key, uuid_id, ActionContext, PlatformError, PlatformResult,
+};
+use crate::{
+    crypto::{mask, SecretBox},
+    envelope::ResourceRef,
+    request::Issues,
+};
+use entity::destination;
+
+/// Changes to a webhook destination; only sent fields change.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct DestinationUpdate {
+    /// Always `WEBHOOK_ENDPOINT`: only webhook destinations are changed through this route.
+    #[oai(rename = "type")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: Option<String>,
+    /// Up to 1000 characters, or null to clear it.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+    pub enabled: Option<bool>,
+    /// `https://...`, or `http://` only for `localhost`, `127.0.0.1`, `[::1]` or `::1`.
+    pub url: Option<String>,
+}
+
+/// A new destination: a signed webhook endpoint or a Slack channel (incoming webhook).
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct DestinationCreate {
+    /// `WEBHOOK_ENDPOINT` (needs `url`) or `SLACK_CHANNEL` (needs `webhookUrl`).
+    #[oai(rename = "type")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: String,
+    /// Up to 1000 characters, or null.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+    /// Defaults to true.
+    pub enabled: Option<bool>,
+    /// Makes this the organization's default destination (clears the previous default).
+    pub is_default: Option<bool>,
+    /// Webhook endpoint URL (`WEBHOOK_ENDPOINT`), same rule as on update.
+    pub url: Option<String>,
+    /// Slack incoming-webhook URL (`SLACK_CHANNEL`), `https://` only. Stored encrypted.
+    pub webhook_url: Option<String>,
+}
+
+/// The spec's rule for webhook URLs: `https://`, or plain `http://` to a loopback host.
+pub fn check_endpoint_url(url: &str) -> Result<(), String> {
+    const RULE: &str = "must start with https://, or with http:// followed by localhost, \
+                        127.0.0.1, [::1] or ::1 and then a port, a path or the end";
+    if let Some(rest) = url.strip_prefix("https://") {
+        return match url::Url::parse(url) {
+            Ok(u) if u.host_str().is_some_and(|h| !h.is_empty()) && !rest.is_empty() => Ok(()),
+            _ => Err("must be a valid URI".to_string()),
+        };
+    }
+    if let Some(rest) = url.strip_prefix("http://") {
+        for host in ["localhost", "127.0.0.1", "[::1]", "::1"] {
+            if let Some(after) = rest.strip_prefix(host) {
+                if after.is_empty() || after.starts_with(':') || after.starts_with('/') {
+                    if after.chars().any(char::is_whitespace) {
+                        return Err("must be a valid URI".to_string());
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(RULE.to_string())
+}
+
+/// Slack incoming webhooks follow the endpoint rule too (loopback `http://` lets people test
+/// against a local receiver).
+fn check_slack_url(url: &str) -> Result<(), String> {
+    check_endpoint_url(url)
+        .map_err(|_| "must be an https:// Slack incoming-webhook URL".to_string())
+}
+
+pub async fn list(db: &DatabaseConnection, org: &str) -> PlatformResult<Vec<destination::Model>> {
+    Ok(destination::Entity::find()
+        .filter(destination::Column::OrganizationId.eq(org))
+        .filter(destination::Column::ArchivedAt.is_null())
+        .order_by_asc(destination::Column::CreatedAt)
+        .order_by_asc(destination::Column::Key)
+        .all(db)
+        .await?)
+}
+
+pub async fn get<C: ConnectionTrait>(
+    db: &C,
+    org: &str,
+    id: &str,
+) -> PlatformResult<destination::Model> {
+    let id = uuid_id(id, "destination")?;
+    destination::Entity::find_by_id(id.clone())
+        .filter(destination::Column::OrganizationId.eq(org))
+        .one(db)
+        .await?
+        .ok_or_else(|| PlatformError::NotFound(format!("destination `{id}` not found")))
+}
+
+pub struct DestinationChange {
+    pub destination: destination::Model,
+    pub resources: Vec<ResourceRef>,
+    pub audit_id: String,
+    /// The signing secret of a new webhook destination, shown once.
+    pub signing_secret: Option<String>,
+}
+
+/// A Standard Webhooks signing secret: `whsec_` + base64 of 24 random bytes.
+pub fn new_signing_secret() -> String {
+    let mut bytes = [0u8; 24];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!("whsec_{}", B64.encode(bytes))
+}
+
+fn hash_of(kind: &str, config: &Value) -> Option<String> {
+    Some(config_hash(&json!({ "kind": kind, "config": config })))
+}
+
+pub async fn create(
+    db: &DatabaseConnection,
+    secrets: &SecretBox,
+    ctx: &ActionContext<'_>,
+    body: DestinationCreate,
+) -> PlatformResult<DestinationChange> {
+    ctx.auth.require_write()?;
+    let mut issues = Issues::default();
+    issues.length(&["name"], &body.name, 1, 120);
+    if let MaybeUndefined::Value(d) = &body.description {
+        issues.length(&["description"], d, 0, 1000);
+    }
+    let (provider, config, secret, signing_secret) = match body.kind.as_str() {
+        "WEBHOOK_ENDPOINT" => {
+            if body.webhook_url.is_some() {
+                issues.push(
+                    vec!["webhookUrl".into()],
+                    "only for SLACK_CHANNEL destinations",
+                );
+            }
+            let url = body.url.clone().unwrap_or_default();
+            match &body.url {
+                None => issues.push(vec!["url".into()], "`url` is required"),
+                Some(u) => {
+                    if let Err(m) = check_endpoint_url(u) {
+                        issues.push(vec!["url".into()], m)
+                    }
+                }
+            }
+            let secret = new_signing_secret();
+            let config = json!({ "url": url, "signingSecret": mask(&secret, 6) });
+            ("WEBHOOK", config, secret.clone(), Some(secret))
+        }
+        "SLACK_CHANNEL" => {
+            if body.url.is_some() {
+                issues.push(vec!["url".into()], "only for WEBHOOK_ENDPOINT destinations");
+            }
+            let hook = body.webhook_url.clone().unwrap_or_default();
+            match &body.webhook_url {
+                None => issues.push(vec!["webhookUrl".into()], "`webhookUrl` is required"),
+                Some(u) => {
+                    if let Err(m) = check_slack_url(u) {
+                        issues.push(vec!["webhookUrl".into()], m)
+                    }
+                }
+            }
+            let config = json!({ "webhookUrl": mask(&hook, 24) });
+            ("SLACK", config, hook, None)
+        }
+        _ => {
+            issues.push(
+                vec!["type".into()],
+                "must be WEBHOOK_ENDPOINT or SLACK_CHANNEL",
+            );
+            ("", json!({}), String::new(), None)
+        }
+    };
+    issues.into_result()?;
+
+    let org = ctx.org().to_string();
+    let txn = db.begin().await?;
+    let existing: Vec<String> = destination::Entity::find()
+        .select_only()
+        .column(destination::Column::Key)
+        .filter(destination::Column::OrganizationId.eq(org.as_str()))
+        .into_tuple()
+        .all(&txn)
+        .await?;
+    let key = unique_key(&body.name, &existing);
+    let is_default = body.is_default.unwrap_or(false);
+    if is_default {
+        clear_default(&txn, &org).await?;
+    }
+    let now = Utc::now();
+    let destination = destination::ActiveModel {
+        id: Set(uuid::Uuid::new_v4().to_string()),
+        organization_id: Set(org),
+        key: Set(key),
+        name: Set(body.name),
+        description: Set(defined(body.description)),
+        provider: Set(provider.to_string()),
+        kind: Set(body.kind.clone()),
+        enabled: Set(body.enabled.unwrap_or(true)),
+        config_hash: Set(hash_of(&body.kind, &config)),
+        config: Set(config),
+        secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
+        // Webhooks and Slack incoming webhooks have no provider-side object to sync.
+        sync_status: Set("SYNCED".to_string()),
+        last_synced_at: Set(Some(now)),
+        provider_error_code: Set(None),
+        provider_error_message: Set(None),
+        is_default: Set(is_default),
+        schema_version: Set(super::SCHEMA_VERSION.to_string()),
+        archived_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(&txn)
+    .await?;
+    let resources = vec![ResourceRef::new("destination", destination.id.clone())];
+    let audit_id = audit::record(&txn, ctx, &resources, json!({ "key": destination.key })).await?;
+    txn.commit().await?;
+    Ok(DestinationChange {
+        destination,
+        resources,
+        audit_id,
+        signing_secret,
+    })
+}
+
+async fn clear_default<C: ConnectionTrait>(conn: &C, org: &str) -> PlatformResult<()> {
+    destination::Entity::update_many()
+        .col_expr(
+            destination::Column::IsDefault,
+            sea_orm::sea_query::Expr::value(false),
+        )
+        .filter(destination::Column::OrganizationId.eq(org))
+        .filter(destination::Column::IsDefault.eq(true))
+        .exec(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn update(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    id: &str,
+    body: DestinationUpdate,
+) -> PlatformResult<DestinationChange> {
+    ctx.auth.require_write()?;
+    let mut issues = Issues::default();
+    if body.kind != "WEBHOOK_ENDPOINT" {
+        issues.push(vec!["type".into()], "must be WEBHOOK_ENDPOINT");
+    }
+    if let Some(name) = &body.name {
+        issues.length(&["name"], name, 1, 120);
+    }
+    if let MaybeUndefined::Value(d) = &body.description {
+        issues.length(&["description"], d, 0, 1000);
+    }
+    if let Some(url) = &body.url {
+        if let Err(m) = check_endpoint_url(url) {
+            issues.push(vec!["url".into()], m);
+        }
+    }
+    issues.into_result()?;
+
+    let txn = db.begin().await?;
+    let current = get(&txn, ctx.org(), id).await?;
+    if current.kind != "WEBHOOK_ENDPOINT" {
+        return Err(PlatformError::Validation(vec![
+            crate::request::ValidationIssue::at(
+                "type",
+                format!(
+                    "this destination is a {}, not a WEBHOOK_ENDPOINT",
+                    current.kind
+                ),
+            ),
+        ]));
+    }
+    let mut changed = Vec::new();
+    let mut config = current.config.clone();
+    let mut model = current.into_active_model();
+    if let Some(name) = body.name {
+        model.name = Set(name);
+        changed.push("name");
+    }
+    match body.description {
+        MaybeUndefined::Value(d) => {
+            model.description = Set(Some(d));
+            changed.push("description");
+        }
+        MaybeUndefined::Null => {
+            model.description = Set(None);
+            changed.push("description");
+        }
+        MaybeUndefined::Undefined => {}
+    }
+    if let Some(enabled) = body.enabled {
+        model.enabled = Set(enabled);
+        changed.push("enabled");
+    }
+    if let Some(url) = body.url {
+        config["url"] = json!(url);
+        model.config_hash = Set(hash_of("WEBHOOK_ENDPOINT", &config));
+        model.config = Set(config);
+        changed.push("url");
+    }
+    model.updated_at = Set(Utc::now());
+    let destination = model.update(&txn).await?;
+    let resources = vec![ResourceRef::new("destination", destination.id.clone())];
+    let audit_id = audit::record(&txn, ctx, &resources, json!({ "changed": changed })).await?;
+    txn.commit().await?;
+    Ok(DestinationChange {
+        destination,
+        resources,
+        audit_id,
+        signing_secret: None,
+    })
+}
+
+pub async fn disable(
+    db: &DatabaseConnection,
+    ctx: &ActionContext<'_>,
+    id: &str,
+) -> PlatformResult<DestinationChange> {
+    ctx.auth.require_write()?;
+    let txn = db.begin().await?;
+    let current = get(&txn, ctx.org(), id).await?;
+    let destination = if current.enabled {
+        let mut model = current.into_active_model();
+        model.enabled = Set(false);
+        model.updated_at = Set(Utc::now());
+        model.update(&txn).await?
+    } else {
+        current
+    };
+    let resources = vec![ResourceRef::new("destination", destination.id.clone())];
+    let audit_id = audit::record(&txn, ctx, &resources, json!({})).await?;
+    txn.commit().await?;
+    Ok(DestinationChange {
+        destination,
+        resources,
+        audit_id,
+        signing_secret: None,
+    })
+}

@@ -1,0 +1,118 @@
+//! Platform actions: agents, signals, automations and destinations of one organization.
+//! Functions here take a connection and plain values and return [`PlatformError`]; the API layer
+//! maps that to the command envelope.
+
+pub mod agents;
+pub mod audit;
+pub mod automations;
+pub mod destinations;
+pub mod signals;
+
+use sea_orm::DbErr;
+
+use crate::{auth::AuthContext, request::ValidationIssue};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error("invalid request")]
+    Validation(Vec<ValidationIssue>),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{message}")]
+    Conflict { message: String, unmet: Vec<String> },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<DbErr> for PlatformError {
+    fn from(err: DbErr) -> Self {
+        match &err {
+            DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => {
+                PlatformError::Unavailable(format!("the database is unavailable, retry: {err}"))
+            }
+            _ => PlatformError::Internal(err.to_string()),
+        }
+    }
+}
+
+impl From<Vec<ValidationIssue>> for PlatformError {
+    fn from(issues: Vec<ValidationIssue>) -> Self {
+        PlatformError::Validation(issues)
+    }
+}
+
+pub type PlatformResult<T> = Result<T, PlatformError>;
+
+/// What a write action needs to know about its caller, for scope checks and the audit row.
+pub struct ActionContext<'a> {
+    pub auth: &'a AuthContext,
+    pub command_id: &'static str,
+}
+
+impl ActionContext<'_> {
+    pub fn org(&self) -> &str {
+        &self.auth.organization_id
+    }
+}
+
+/// Parses a path id that the spec types as a UUID; anything else cannot name a resource.
+pub fn uuid_id(raw: &str, what: &str) -> PlatformResult<String> {
+    uuid::Uuid::parse_str(raw.trim())
+        .map(|u| u.to_string())
+        .map_err(|_| PlatformError::NotFound(format!("{what} `{raw}` not found")))
+}
+
+/// Lower-case, dash-separated form of a name, used as the default `key`.
+pub fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for ch in name.chars() {
+        if ch.is_ascii_alphanumeric() {
+            out.push(ch.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let trimmed = out.trim_end_matches('-').to_string();
+    if trimmed.is_empty() {
+        "item".to_string()
+    } else {
+        trimmed
+    }
+}
+
+/// Hex SHA-256 of a JSON value's canonical text, the `configHash` of configuration resources.
+pub fn config_hash(value: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    // serde_json's map is ordered by key (no preserve_order feature), so this text is canonical.
+    let text = serde_json::to_string(value).unwrap_or_default();
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Schema version written on configuration resources created by this service.
+pub const SCHEMA_VERSION: &str = "1";
+
+/// A key derived from `name` that none of `existing` uses: `name-slug`, `name-slug-2`, ...
+pub fn unique_key(name: &str, existing: &[String]) -> String {
+    let base = slug(name);
+    let mut candidate = base.clone();
+    let mut n = 2;
+    while existing.iter().any(|k| k == &candidate) {
+        candidate = format!("{base}-{n}");
+        n += 1;
+    }
+    candidate
+}
+
+/// The value of an optional-nullable body field, treating "absent" and `null` alike.
+pub fn defined<T>(value: poem_openapi::types::MaybeUndefined<T>) -> Option<T> {
+    match value {
+        poem_openapi::types::MaybeUndefined::Value(v) => Some(v),
+        _ => None,
+    }
+}

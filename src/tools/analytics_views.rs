@@ -1,0 +1,292 @@
+//! The analytics views `svc_schema` documents and `svc_query` runs SQL against: one catalog,
+//! from which both backends' view definitions are generated. Views expose records' fields in
+//! snake_case, JSON as text and timestamps as ISO 8601 text in UTC, and never an organization
+//! id: the organization filter is part of each view's definition, not of the caller's SQL.
+
+/// How a view column is computed from its base table's column.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Text,
+    Integer,
+    /// A timestamp, exposed as `YYYY-MM-DDTHH:MM:SS.sssZ` text.
+    Timestamp,
+    /// A JSON document, exposed as JSON text.
+    Json,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Column {
+    pub name: &'static str,
+    /// The base table's column when it is named differently.
+    source: Option<&'static str>,
+    kind: Kind,
+    pub description: &'static str,
+}
+
+impl Column {
+    /// The type as `svc_schema` documents it.
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Text => "text",
+            Kind::Integer => "integer",
+            Kind::Timestamp => "timestamp (ISO 8601 text, UTC)",
+            Kind::Json => "json (text)",
+        }
+    }
+
+    fn base(&self) -> &'static str {
+        self.source.unwrap_or(self.name)
+    }
+
+    fn sqlite_expr(&self) -> String {
+        let base = self.base();
+        match self.kind {
+            Kind::Text | Kind::Integer | Kind::Json => format!("t.\"{base}\""),
+            Kind::Timestamp => format!("strftime('%Y-%m-%dT%H:%M:%fZ', t.\"{base}\")"),
+        }
+    }
+
+    fn postgres_expr(&self) -> String {
+        let base = self.base();
+        match self.kind {
+            Kind::Text | Kind::Integer => format!("t.\"{base}\""),
+            Kind::Json => format!("t.\"{base}\"::text"),
+            Kind::Timestamp => format!(
+                "to_char(t.\"{base}\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct View {
+    pub name: &'static str,
+    /// The table the view reads, filtered to one organization.
+    table: &'static str,
+    pub description: &'static str,
+    pub columns: &'static [Column],
+}
+
+const fn text(name: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        source: None,
+        kind: Kind::Text,
+        description,
+    }
+}
+
+const fn integer(name: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        source: None,
+        kind: Kind::Integer,
+        description,
+    }
+}
+
+const fn timestamp(name: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        source: None,
+        kind: Kind::Timestamp,
+        description,
+    }
+}
+
+const fn json(name: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        source: None,
+        kind: Kind::Json,
+        description,
+    }
+}
+
+pub const VIEWS: &[View] = &[
+    View {
+        name: "customers",
+        table: "customers",
+        description: "Customer accounts: billing state, revenue, activity and traits.",
+        columns: &[
+            text("id", "Customer id."),
+            text("name", "Account name."),
+            text("domain", "Primary web domain; null when unknown."),
+            text("external_id", "Your system's id for the account (the Ingest API's customerId); null when unset."),
+            text("billing_status", "PAYING, TRIALING, CHURNED or NONE."),
+            integer("mrr_cents", "Monthly recurring revenue in cents."),
+            timestamp("last_activity_at", "Latest tracked activity; null when none."),
+            json("traits", "Account traits as a JSON object (e.g. json_extract(traits, '$.plan') on SQLite, traits::jsonb->>'plan' on PostgreSQL)."),
+            timestamp("created_at", "When the customer was first recorded."),
+        ],
+    },
+    View {
+        name: "users",
+        table: "users",
+        description: "People at customer accounts (the product's end users).",
+        columns: &[
+            text("id", "User id."),
+            text("customer_id", "The user's customer (customers.id); null when unattributed."),
+            text("email", "Email address; null when unknown."),
+            text("external_id", "Your system's id for the user (identify userId); null when unset."),
+            text("name", "Display name; null when unknown."),
+            text("stage", "Journey stage: discovered, signed_up, activated, engaged or inactive."),
+            json("traits", "User traits as a JSON object."),
+            timestamp("last_activity_at", "Latest tracked activity; null when none."),
+            timestamp("created_at", "When the user was first recorded."),
+        ],
+    },
+    View {
+        name: "workspace_users",
+        table: "workspace_users",
+        description: "Your own team: CSMs, managers, account owners and admins.",
+        columns: &[
+            text("id", "Workspace user id."),
+            text("name", "Name."),
+            text("email", "Email address."),
+            text("role", "CSM, MANAGER, ACCOUNT_OWNER or ADMIN."),
+            timestamp("created_at", "When the workspace user was added."),
+        ],
+    },
+    View {
+        name: "facts",
+        table: "facts",
+        description: "Stored facts about customers with their provenance (the source they were taken from).",
+        columns: &[
+            text("id", "Fact id."),
+            text("customer_id", "The customer the fact is about (customers.id)."),
+            text("text", "The fact, as a sentence."),
+            text("status", "ACTIVE, SUPERSEDED or RETRACTED."),
+            text("source_type", "Type of the source: CALL, EMAIL, CALENDAR_EVENT, SUPPORT_TICKET or OPPORTUNITY."),
+            text("source_id", "The source's id within its type (sources.source_id)."),
+            timestamp("source_occurred_at", "When the source occurred."),
+            text("source_quote", "The words in the source the fact rests on."),
+            text("permalink", "Link to the source in its system; null when none."),
+            timestamp("created_at", "When the fact was recorded."),
+        ],
+    },
+    View {
+        name: "sources",
+        table: "sources",
+        description: "Source records: calls, emails, calendar events, support tickets and opportunities.",
+        columns: &[
+            text("source_type", "CALL, EMAIL, CALENDAR_EVENT, SUPPORT_TICKET or OPPORTUNITY."),
+            text("source_id", "The source's id within its type; (source_type, source_id) is unique."),
+            text("customer_id", "The customer it concerns (customers.id); null when unattributed."),
+            text("title", "Title or subject."),
+            text("body", "Full text (transcript, message, notes)."),
+            timestamp("occurred_at", "When it happened."),
+            text("permalink", "Link to it in its system; null when none."),
+            json("participants", "Participants as a JSON array of strings."),
+            timestamp("created_at", "When it was recorded."),
+        ],
+    },
+    View {
+        name: "events",
+        table: "events",
+        description: "Tracked events accepted by the Ingest API, one row per event.",
+        columns: &[
+            text("id", "Event id."),
+            text("message_id", "The sender's message id; null when none was sent."),
+            Column {
+                name: "type",
+                source: Some("event_type"),
+                kind: Kind::Text,
+                description: "pageview, custom, form, identify, engagement, calendar, stage or billing.",
+            },
+            text("event_name", "Custom event name; null for other types."),
+            text("visitor_id", "Browser visitor id; null for server events without one."),
+            text("user_id", "Resolved user (users.id); null when unresolved."),
+            text("customer_id", "Resolved customer (customers.id); null when unresolved."),
+            text("url", "Page URL (server events use server://...)."),
+            text("path", "URL path."),
+            timestamp("occurred_at", "When the event happened (its timestamp, else receipt time)."),
+            timestamp("received_at", "When the service received it."),
+            json("data", "The event's type-specific fields as a JSON object, sensitive form fields stripped."),
+        ],
+    },
+    View {
+        name: "billing_history",
+        table: "billing_history",
+        description: "Billing changes per customer over time (from ingest, syncs, webhooks and imports).",
+        columns: &[
+            text("id", "Change id."),
+            text("customer_id", "The customer (customers.id)."),
+            timestamp("at", "When the change took effect."),
+            text("billing_status", "Status after the change: PAYING, TRIALING, CHURNED or NONE."),
+            integer("mrr_cents", "Monthly recurring revenue in cents after the change."),
+            text("origin", "Where the change came from (e.g. ingest, stripe, import)."),
+        ],
+    },
+    View {
+        name: "engagement_sessions",
+        table: "engagement_sessions",
+        description: "Engagement sessions of visitors: active and total time per session.",
+        columns: &[
+            text("id", "Row id."),
+            text("session_id", "The tracker's session id."),
+            text("visitor_id", "Browser visitor id; null when unknown."),
+            integer("active_time_ms", "Active (focused, interacting) time in milliseconds."),
+            integer("total_time_ms", "Total time in milliseconds."),
+            timestamp("started_at", "Session start."),
+            timestamp("last_seen_at", "Latest activity in the session."),
+        ],
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static View> {
+    VIEWS.iter().find(|v| v.name == name)
+}
+
+pub fn names() -> Vec<&'static str> {
+    VIEWS.iter().map(|v| v.name).collect()
+}
+
+/// A SQL string literal.
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// A SQL identifier.
+pub fn quote_ident(value: &str) -> String {
+    format!("\"{}\"", value.replace('"', "\"\""))
+}
+
+impl View {
+    fn select_list(&self, expr: impl Fn(&Column) -> String) -> String {
+        self.columns
+            .iter()
+            .map(|c| format!("{} AS {}", expr(c), quote_ident(c.name)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// SQLite: a TEMP view over `main.<table>` holding one organization's rows (the id is a
+    /// literal in the definition, so nothing the caller's SQL does can change it).
+    pub fn sqlite_temp_view(&self, organization_id: &str) -> String {
+        format!(
+            "CREATE TEMP VIEW {} AS SELECT {} FROM main.{} AS t WHERE t.organization_id = {}",
+            quote_ident(self.name),
+            self.select_list(Column::sqlite_expr),
+            quote_ident(self.table),
+            quote_literal(organization_id),
+        )
+    }
+
+    /// PostgreSQL: a view in `views_schema` over `data_schema.<table>` holding the rows of the
+    /// organization registered for the querying backend in `data_schema.query_sessions`
+    /// (written by the service, unreadable and unwritable by the query role).
+    pub fn postgres_view(&self, views_schema: &str, data_schema: &str) -> String {
+        format!(
+            "CREATE OR REPLACE VIEW {}.{} WITH (security_barrier) AS SELECT {} FROM {}.{} AS t \
+             WHERE t.organization_id = (SELECT s.organization_id FROM {}.query_sessions AS s \
+             WHERE s.backend_pid = pg_backend_pid())",
+            quote_ident(views_schema),
+            quote_ident(self.name),
+            self.select_list(Column::postgres_expr),
+            quote_ident(data_schema),
+            quote_ident(self.table),
+            quote_ident(data_schema),
+        )
+    }
+}

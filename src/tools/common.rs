@@ -1,0 +1,400 @@
+//! What several tools share: customer resolution, source-type normalization, durations and
+//! timestamps, and the list machinery (limits, opaque cursors, `fields` projection,
+//! `pagination`).
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
+use chrono::{DateTime, Duration, Utc};
+use entity::customer;
+use sea_orm::{
+    sea_query::{Expr, ExprTrait, Func, LikeExpr, SimpleExpr},
+    ColumnTrait, DbBackend, EntityTrait, QueryFilter,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::{ToolContext, ToolError, ToolResult};
+use crate::request::{PathSegment, ValidationIssue};
+
+/// Default page size of every list tool.
+pub const DEFAULT_LIMIT: u32 = 50;
+/// Largest page size of every list tool.
+pub const MAX_LIMIT: u32 = 1000;
+
+/// The canonical source types.
+pub const SOURCE_TYPES: [&str; 5] = [
+    "CALL",
+    "EMAIL",
+    "CALENDAR_EVENT",
+    "SUPPORT_TICKET",
+    "OPPORTUNITY",
+];
+
+/// Finds a customer of the caller's organization by its id, then its domain, then its
+/// `externalId`; 404 when none matches.
+pub async fn resolve_customer(ctx: &ToolContext, customer: &str) -> ToolResult<customer::Model> {
+    let wanted = customer.trim();
+    if wanted.is_empty() {
+        return Err(ToolError::invalid("customer", "must not be empty"));
+    }
+    let scoped = || {
+        customer::Entity::find().filter(customer::Column::OrganizationId.eq(&ctx.organization_id))
+    };
+    if let Some(found) = scoped()
+        .filter(customer::Column::Id.eq(wanted))
+        .one(&ctx.state.db)
+        .await?
+    {
+        return Ok(found);
+    }
+    if let Some(found) = scoped()
+        .filter(customer::Column::Domain.eq(wanted.to_lowercase()))
+        .one(&ctx.state.db)
+        .await?
+    {
+        return Ok(found);
+    }
+    if let Some(found) = scoped()
+        .filter(customer::Column::ExternalId.eq(wanted))
+        .one(&ctx.state.db)
+        .await?
+    {
+        return Ok(found);
+    }
+    Err(ToolError::NotFound(format!(
+        "no customer with id, domain or externalId `{wanted}`"
+    )))
+}
+
+/// A source type filter value in canonical form: trimmed, upper-cased, `CRM` and
+/// `CRM_OPPORTUNITY` meaning `OPPORTUNITY`; `None` for anything else.
+pub fn normalize_source_type(raw: &str) -> Option<&'static str> {
+    let upper = raw.trim().to_uppercase();
+    match upper.as_str() {
+        "CRM" | "CRM_OPPORTUNITY" => Some("OPPORTUNITY"),
+        other => SOURCE_TYPES.iter().find(|t| **t == other).copied(),
+    }
+}
+
+/// Normalizes a `sourceTypes` array, naming the index of the first unknown value.
+pub fn parse_source_types(field: &str, raw: &[String]) -> ToolResult<Vec<&'static str>> {
+    let mut types = Vec::new();
+    for (i, value) in raw.iter().enumerate() {
+        match normalize_source_type(value) {
+            Some(t) => {
+                if !types.contains(&t) {
+                    types.push(t)
+                }
+            }
+            None => {
+                return Err(ToolError::Invalid(vec![ValidationIssue::new(
+                    vec![field.into(), PathSegment::from(i)],
+                    format!(
+                        "unknown source type `{value}`: use one of {} (or CRM, CRM_OPPORTUNITY)",
+                        SOURCE_TYPES.join(", ")
+                    ),
+                )]))
+            }
+        }
+    }
+    Ok(types)
+}
+
+/// A duration in the tools' form: `<n>h`, `<n>d` or `<n>w`.
+pub fn parse_duration(field: &str, raw: &str) -> ToolResult<Duration> {
+    let text = raw.trim();
+    let invalid = || {
+        ToolError::invalid(
+            field,
+            format!("`{raw}` is not a duration: use a number followed by h, d or w, e.g. `30d`"),
+        )
+    };
+    let unit = text.chars().last().ok_or_else(invalid)?;
+    let amount: i64 = text[..text.len() - unit.len_utf8()]
+        .parse()
+        .map_err(|_| invalid())?;
+    if !(0..=100_000).contains(&amount) {
+        return Err(invalid());
+    }
+    match unit {
+        'h' => Ok(Duration::hours(amount)),
+        'd' => Ok(Duration::days(amount)),
+        'w' => Ok(Duration::weeks(amount)),
+        _ => Err(invalid()),
+    }
+}
+
+/// An ISO 8601 timestamp (RFC 3339, or a bare date meaning its UTC midnight).
+pub fn parse_timestamp(field: &str, raw: &str) -> ToolResult<DateTime<Utc>> {
+    let text = raw.trim();
+    if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
+        return Ok(dt.with_timezone(&Utc));
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        if let Some(midnight) = date.and_hms_opt(0, 0, 0) {
+            return Ok(midnight.and_utc());
+        }
+    }
+    Err(ToolError::invalid(
+        field,
+        format!("`{raw}` is not an ISO 8601 timestamp (e.g. `2026-10-01T15:00:00Z`)"),
+    ))
+}
+
+/// Wire form of a stored time.
+pub fn ts(value: &DateTime<Utc>) -> String {
+    crate::types::Timestamp::format(value)
+}
+
+pub fn ts_opt(value: &Option<DateTime<Utc>>) -> Value {
+    value.as_ref().map_or(Value::Null, |v| Value::String(ts(v)))
+}
+
+/// The position after the last item of a page: the sort key of that item, plus the number of
+/// matches counted on the first page (later pages reuse it instead of counting again).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cursor {
+    /// Sort key of the last item returned.
+    pub k: Vec<Value>,
+    /// Total matches, counted for the first page.
+    pub t: u64,
+}
+
+impl Cursor {
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    /// Reads a `cursor` input; a cursor this service did not hand out is a 400 on `cursor`.
+    pub fn decode(raw: &str) -> ToolResult<Self> {
+        let invalid = || {
+            ToolError::invalid(
+                "cursor",
+                "not a cursor of this list: pass the previous page's `nextCursor` unchanged",
+            )
+        };
+        let bytes = URL_SAFE_NO_PAD.decode(raw.trim()).map_err(|_| invalid())?;
+        serde_json::from_slice(&bytes).map_err(|_| invalid())
+    }
+
+    /// The `i`th key as a timestamp (`null` stays `None`).
+    pub fn time(&self, i: usize) -> ToolResult<Option<DateTime<Utc>>> {
+        match self.k.get(i) {
+            Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => DateTime::parse_from_rfc3339(s)
+                .map(|d| Some(d.with_timezone(&Utc)))
+                .map_err(|_| ToolError::invalid("cursor", "not a cursor of this list")),
+            _ => Err(ToolError::invalid("cursor", "not a cursor of this list")),
+        }
+    }
+
+    pub fn text(&self, i: usize) -> ToolResult<String> {
+        match self.k.get(i) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(ToolError::invalid("cursor", "not a cursor of this list")),
+        }
+    }
+
+    pub fn int(&self, i: usize) -> ToolResult<i64> {
+        self.k
+            .get(i)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| ToolError::invalid("cursor", "not a cursor of this list"))
+    }
+}
+
+/// The common inputs of a list, checked.
+pub struct ListRequest {
+    pub limit: u64,
+    pub cursor: Option<Cursor>,
+}
+
+impl ListRequest {
+    pub fn new(limit: Option<u32>, cursor: &Option<String>) -> ToolResult<Self> {
+        let limit = limit.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(ToolError::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_LIMIT}"),
+            ));
+        }
+        let cursor = match cursor.as_deref() {
+            None | Some("") => None,
+            Some(raw) => Some(Cursor::decode(raw)?),
+        };
+        Ok(Self {
+            limit: limit as u64,
+            cursor,
+        })
+    }
+
+    /// The total from the cursor, or `count` for a first page.
+    pub async fn total<F, Fut>(&self, count: F) -> ToolResult<u64>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<u64, sea_orm::DbErr>>,
+    {
+        match &self.cursor {
+            Some(c) => Ok(c.t),
+            None => Ok(count().await?),
+        }
+    }
+}
+
+/// Builds `{items, pagination}` from up to `limit + 1` fetched rows.
+pub fn page<T>(
+    mut rows: Vec<T>,
+    req: &ListRequest,
+    total: u64,
+    key_of: impl Fn(&T) -> Vec<Value>,
+    render: impl Fn(&T) -> Value,
+    fields: Option<(&[String], &[&str])>,
+) -> Value {
+    let has_more = rows.len() as u64 > req.limit;
+    rows.truncate(req.limit as usize);
+    let next_cursor = match rows.last() {
+        Some(last) if has_more => Cursor {
+            k: key_of(last),
+            t: total,
+        }
+        .encode(),
+        _ => String::new(),
+    };
+    let items: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let item = render(row);
+            match fields {
+                Some((wanted, ids)) => project(item, wanted, ids),
+                None => item,
+            }
+        })
+        .collect();
+    json!({
+        "items": items,
+        "pagination": { "hasMore": has_more, "nextCursor": next_cursor, "total": total },
+    })
+}
+
+/// Keeps only `wanted` fields of a record, plus its identifiers.
+pub fn project(item: Value, wanted: &[String], ids: &[&str]) -> Value {
+    match item {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(k, _)| ids.contains(&k.as_str()) || wanted.iter().any(|w| w == k))
+                .collect::<Map<String, Value>>(),
+        ),
+        other => other,
+    }
+}
+
+/// Checks a `fields` input against a record's field names.
+pub fn check_fields(fields: &Option<Vec<String>>, known: &[&str]) -> ToolResult<()> {
+    if let Some(list) = fields {
+        for (i, f) in list.iter().enumerate() {
+            if !known.contains(&f.as_str()) {
+                return Err(ToolError::Invalid(vec![ValidationIssue::new(
+                    vec!["fields".into(), PathSegment::from(i)],
+                    format!("unknown field `{f}`: use any of {}", known.join(", ")),
+                )]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `lower(column) LIKE %needle%`, with the needle's own wildcards escaped.
+pub fn contains_ci<C: ColumnTrait>(column: C, needle: &str) -> SimpleExpr {
+    let escaped = needle
+        .trim()
+        .to_lowercase()
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    Expr::expr(Func::lower(column.into_expr()))
+        .like(LikeExpr::new(format!("%{escaped}%")).escape('\\'))
+}
+
+/// `lower(column) = lower(value)`.
+pub fn equals_ci<C: ColumnTrait>(column: C, value: &str) -> SimpleExpr {
+    Expr::expr(Func::lower(column.into_expr())).eq(value.trim().to_lowercase())
+}
+
+/// One exact trait match: the JSON value under `key` in the `traits` column equals `value`.
+/// Each backend has its own JSON operators and placeholder style.
+pub fn trait_equals(
+    backend: DbBackend,
+    table: &str,
+    key: &str,
+    value: &Value,
+) -> ToolResult<SimpleExpr> {
+    let json_text = serde_json::to_string(value).map_err(|e| ToolError::Internal(e.to_string()))?;
+    Ok(match backend {
+        DbBackend::Postgres => Expr::cust_with_values(
+            format!("(\"{table}\".\"traits\" -> $1) = CAST($2 AS jsonb)"),
+            [key.to_string(), json_text],
+        ),
+        _ => {
+            // SQLite's `->` answers the value's minified JSON text; quoting the key keeps dots
+            // and brackets in trait names literal.
+            let path = format!("$.\"{}\"", key.replace('\\', "\\\\").replace('"', "\\\""));
+            Expr::cust_with_values(
+                format!("(\"{table}\".\"traits\" -> ?) = json(?)"),
+                [path, json_text],
+            )
+        }
+    })
+}
+
+/// Conditions for a `traits` filter object.
+pub fn trait_filters(
+    ctx: &ToolContext,
+    table: &str,
+    traits: &Option<Map<String, Value>>,
+) -> ToolResult<Vec<SimpleExpr>> {
+    let backend = ctx.state.db.get_database_backend();
+    traits
+        .iter()
+        .flat_map(|m| m.iter())
+        .map(|(k, v)| trait_equals(backend, table, k, v))
+        .collect()
+}
+
+/// `column < t OR (column = t AND id < id0) OR column IS NULL` and friends: the keyset
+/// condition after `(t, id0)` in `ORDER BY column DESC NULLS LAST, id DESC`.
+pub fn after_desc_nullable<C: ColumnTrait>(
+    column: C,
+    id_column: C,
+    at: Option<DateTime<Utc>>,
+    id: &str,
+) -> sea_orm::Condition {
+    use sea_orm::Condition;
+    match at {
+        Some(t) => Condition::any()
+            .add(column.lt(t))
+            .add(Condition::all().add(column.eq(t)).add(id_column.lt(id)))
+            .add(column.is_null()),
+        None => Condition::all().add(column.is_null()).add(id_column.lt(id)),
+    }
+}
+
+/// The keyset condition after `(t, id0)` in `ORDER BY column DESC, id DESC` (not null).
+pub fn after_desc<C: ColumnTrait>(
+    column: C,
+    id_column: C,
+    at: DateTime<Utc>,
+    id: &str,
+) -> sea_orm::Condition {
+    use sea_orm::Condition;
+    Condition::any()
+        .add(column.lt(at))
+        .add(Condition::all().add(column.eq(at)).add(id_column.lt(id)))
+}
+
+/// A time as a cursor key, at full precision so the keyset condition finds the same row.
+pub fn key_time(value: &DateTime<Utc>) -> Value {
+    Value::String(value.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+}
+
+pub fn key_time_opt(value: &Option<DateTime<Utc>>) -> Value {
+    value.as_ref().map_or(Value::Null, key_time)
+}

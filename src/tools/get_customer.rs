@@ -1,0 +1,145 @@
+//! `svc_get_customer`: one customer with optional related sections.
+
+use chrono::Utc;
+use entity::{billing_change, fact, source, user};
+use sea_orm::{
+    sea_query::NullOrdering, ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{
+    common::{parse_duration, resolve_customer, ts},
+    records,
+    timeline::{self, Channels, Window},
+    ToolContext, ToolError, ToolResult,
+};
+
+/// Users shown in the `users` section, most recently active first.
+pub const SECTION_USERS: u64 = 100;
+/// Entries in `recentTimeline`: the latest ones within `timeframe`, oldest first.
+pub const SECTION_TIMELINE: u64 = 50;
+/// Active facts in `facts`, newest source first.
+pub const SECTION_FACTS: u64 = 50;
+/// Source list items in `sources`, newest first.
+pub const SECTION_SOURCES: u64 = 20;
+
+/// A related section of the customer.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Section {
+    /// The customer's users, most recently active first (at most 100).
+    Users,
+    /// Current MRR and billing status with the history of billing changes.
+    Revenue,
+    /// The latest timeline entries within `timeframe` (at most 50), oldest first.
+    RecentTimeline,
+    /// Active facts, newest source first (at most 50).
+    Facts,
+    /// Source list items, newest first (at most 20).
+    Sources,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Input {
+    /// The customer: its id, domain or externalId (tried in that order).
+    #[schemars(length(min = 1))]
+    pub customer: String,
+    /// Related sections to add: `users`, `revenue`, `recentTimeline`, `facts`, `sources`.
+    pub include: Option<Vec<Section>>,
+    /// How far back `recentTimeline` reads (`<n>h`, `<n>d` or `<n>w`; default `30d`).
+    #[schemars(regex(pattern = r"^\s*[0-9]+[hdw]\s*$"))]
+    pub timeframe: Option<String>,
+}
+
+pub const DESCRIPTION: &str = "Full details of one customer, found by id, domain or externalId, \
+with optional related sections in `include`: `users`, `revenue` (MRR, billing status and its \
+history), `recentTimeline` (latest activity within `timeframe`, default `30d`), `facts` (active \
+facts with provenance) and `sources` (recent calls, emails, meetings, tickets, opportunities). \
+Returns the Customer record with one extra key per included section; 404 when no customer \
+matches.";
+
+pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
+    let timeframe = parse_duration("timeframe", input.timeframe.as_deref().unwrap_or("30d"))?;
+    let c = resolve_customer(ctx, &input.customer).await?;
+    let mut out = records::customer(&c);
+    let include = input.include.unwrap_or_default();
+    let db = &ctx.state.db;
+    let org = &ctx.organization_id;
+    let obj = out
+        .as_object_mut()
+        .ok_or_else(|| ToolError::Internal("customer record is not an object".into()))?;
+    if include.contains(&Section::Users) {
+        let rows = user::Entity::find()
+            .filter(user::Column::OrganizationId.eq(org))
+            .filter(user::Column::CustomerId.eq(&c.id))
+            .order_by_with_nulls(
+                user::Column::LastActivityAt,
+                Order::Desc,
+                NullOrdering::Last,
+            )
+            .order_by(user::Column::Id, Order::Desc)
+            .limit(SECTION_USERS)
+            .all(db)
+            .await?;
+        obj.insert("users".into(), rows.iter().map(records::user).collect());
+    }
+    if include.contains(&Section::Revenue) {
+        let rows = billing_change::Entity::find()
+            .filter(billing_change::Column::OrganizationId.eq(org))
+            .filter(billing_change::Column::CustomerId.eq(&c.id))
+            .order_by(billing_change::Column::At, Order::Asc)
+            .order_by(billing_change::Column::Id, Order::Asc)
+            .all(db)
+            .await?;
+        let history: Vec<Value> = rows
+            .iter()
+            .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status, "mrrCents": b.mrr_cents }))
+            .collect();
+        obj.insert(
+            "revenue".into(),
+            json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status, "history": history }),
+        );
+    }
+    if include.contains(&Section::RecentTimeline) {
+        let window = Window {
+            customer_id: &c.id,
+            from: Some(Utc::now() - timeframe),
+            before: None,
+            channels: Channels::ALL,
+        };
+        let entries = timeline::read(ctx, &window, None, SECTION_TIMELINE, true).await?;
+        obj.insert(
+            "recentTimeline".into(),
+            entries.into_iter().map(|e| e.value).collect(),
+        );
+    }
+    if include.contains(&Section::Facts) {
+        let rows = fact::Entity::find()
+            .filter(fact::Column::OrganizationId.eq(org))
+            .filter(fact::Column::CustomerId.eq(&c.id))
+            .filter(fact::Column::Status.eq("ACTIVE"))
+            .order_by(fact::Column::SourceOccurredAt, Order::Desc)
+            .order_by(fact::Column::Id, Order::Desc)
+            .limit(SECTION_FACTS)
+            .all(db)
+            .await?;
+        obj.insert("facts".into(), rows.iter().map(records::fact).collect());
+    }
+    if include.contains(&Section::Sources) {
+        let rows = source::Entity::find()
+            .filter(source::Column::OrganizationId.eq(org))
+            .filter(source::Column::CustomerId.eq(&c.id))
+            .order_by(source::Column::OccurredAt, Order::Desc)
+            .order_by(source::Column::Id, Order::Desc)
+            .limit(SECTION_SOURCES)
+            .all(db)
+            .await?;
+        obj.insert(
+            "sources".into(),
+            rows.iter().map(records::source_item).collect(),
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,138 @@
+//! `svc_list_customers`: browse and filter customers.
+
+use chrono::Utc;
+use entity::customer::{Column, Entity};
+use sea_orm::{
+    sea_query::NullOrdering, ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect,
+};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{
+    common::{
+        after_desc_nullable, check_fields, contains_ci, key_time_opt, parse_duration,
+        trait_filters, ListRequest,
+    },
+    records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
+    ToolContext, ToolResult,
+};
+
+/// A customer's billing status.
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BillingStatus {
+    Paying,
+    Trialing,
+    Churned,
+    None,
+}
+
+impl BillingStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BillingStatus::Paying => "PAYING",
+            BillingStatus::Trialing => "TRIALING",
+            BillingStatus::Churned => "CHURNED",
+            BillingStatus::None => "NONE",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Input {
+    /// Only customers with this billing status.
+    pub billing_status: Option<BillingStatus>,
+    /// Only customers active within this duration (`<n>h`, `<n>d` or `<n>w`, e.g. `7d`).
+    #[schemars(regex(pattern = r"^\s*[0-9]+[hdw]\s*$"))]
+    pub active_within: Option<String>,
+    /// Only customers not active for at least this duration (never-active customers match).
+    #[schemars(regex(pattern = r"^\s*[0-9]+[hdw]\s*$"))]
+    pub inactive_for: Option<String>,
+    /// Only customers with at least this monthly recurring revenue, in cents.
+    #[schemars(range(min = 0))]
+    pub min_mrr_cents: Option<i64>,
+    /// Only customers with at most this monthly recurring revenue, in cents.
+    #[schemars(range(min = 0))]
+    pub max_mrr_cents: Option<i64>,
+    /// Only customers whose traits hold exactly these values (one exact match per key).
+    pub traits: Option<Map<String, Value>>,
+    /// Only customers whose name contains this text (case-insensitive).
+    #[schemars(length(min = 1, max = 200))]
+    pub name: Option<String>,
+    /// Items per page, 1 to 1000 (default 50).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+    /// The previous page's `pagination.nextCursor`.
+    pub cursor: Option<String>,
+    /// Only these record fields in each item (plus `id`), to keep large lists small.
+    pub fields: Option<Vec<String>>,
+}
+
+pub const DESCRIPTION: &str = "Browse and filter customers (accounts) by billing status, \
+activity recency (`activeWithin`, `inactiveFor` as `30d`, `12h`, `2w`), monthly revenue \
+(`minMrrCents`, `maxMrrCents`), exact trait values or a name substring. Returns \
+`{items: [Customer], pagination}`, most recently active first; pass `pagination.nextCursor` \
+as `cursor` for the next page.";
+
+pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
+    let req = ListRequest::new(input.limit, &input.cursor)?;
+    check_fields(&input.fields, CUSTOMER_FIELDS)?;
+    let now = Utc::now();
+    let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
+    if let Some(status) = input.billing_status {
+        filter = filter.add(Column::BillingStatus.eq(status.as_str()));
+    }
+    if let Some(raw) = &input.active_within {
+        let d = parse_duration("activeWithin", raw)?;
+        filter = filter.add(Column::LastActivityAt.gte(now - d));
+    }
+    if let Some(raw) = &input.inactive_for {
+        let d = parse_duration("inactiveFor", raw)?;
+        filter = filter.add(
+            Condition::any()
+                .add(Column::LastActivityAt.lt(now - d))
+                .add(Column::LastActivityAt.is_null()),
+        );
+    }
+    if let Some(min) = input.min_mrr_cents {
+        filter = filter.add(Column::MrrCents.gte(min));
+    }
+    if let Some(max) = input.max_mrr_cents {
+        filter = filter.add(Column::MrrCents.lte(max));
+    }
+    for cond in trait_filters(ctx, "customers", &input.traits)? {
+        filter = filter.add(cond);
+    }
+    if let Some(name) = &input.name {
+        filter = filter.add(contains_ci(Column::Name, name));
+    }
+    let db = &ctx.state.db;
+    let total = req
+        .total(|| Entity::find().filter(filter.clone()).count(db))
+        .await?;
+    let mut query = Entity::find().filter(filter);
+    if let Some(c) = &req.cursor {
+        query = query.filter(after_desc_nullable(
+            Column::LastActivityAt,
+            Column::Id,
+            c.time(0)?,
+            &c.text(1)?,
+        ));
+    }
+    let rows = query
+        .order_by_with_nulls(Column::LastActivityAt, Order::Desc, NullOrdering::Last)
+        .order_by(Column::Id, Order::Desc)
+        .limit(req.limit + 1)
+        .all(db)
+        .await?;
+    Ok(super::common::page(
+        rows,
+        &req,
+        total,
+        |c| vec![key_time_opt(&c.last_activity_at), json!(c.id)],
+        records::customer,
+        input.fields.as_deref().map(|f| (f, CUSTOMER_IDS)),
+    ))
+}

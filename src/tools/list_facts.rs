@@ -1,0 +1,117 @@
+//! `svc_list_facts`: stored customer facts with their evidence.
+
+use entity::fact::{Column, Entity};
+use sea_orm::{
+    ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{
+    common::{
+        after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
+        ListRequest,
+    },
+    records::{self, FACT_FIELDS, FACT_IDS},
+    ToolContext, ToolResult,
+};
+
+/// A fact's status.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FactStatus {
+    Active,
+    Superseded,
+    Retracted,
+}
+
+impl FactStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FactStatus::Active => "ACTIVE",
+            FactStatus::Superseded => "SUPERSEDED",
+            FactStatus::Retracted => "RETRACTED",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Input {
+    /// Only facts about this customer: its id, domain or externalId.
+    #[schemars(length(min = 1))]
+    pub customer: Option<String>,
+    /// Only facts with one of these statuses (default `["ACTIVE"]`).
+    #[schemars(length(min = 1))]
+    pub status: Option<Vec<FactStatus>>,
+    /// Only facts from these source types: `CALL`, `EMAIL`, `CALENDAR_EVENT`, `SUPPORT_TICKET`,
+    /// `OPPORTUNITY` (trimmed, case-insensitive; `CRM` and `CRM_OPPORTUNITY` mean `OPPORTUNITY`).
+    pub source_types: Option<Vec<String>>,
+    /// Only facts whose source occurred at or after this ISO 8601 time.
+    pub after: Option<String>,
+    /// Items per page, 1 to 1000 (default 50).
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+    /// The previous page's `pagination.nextCursor`.
+    pub cursor: Option<String>,
+    /// Only these record fields in each item (plus `id`).
+    pub fields: Option<Vec<String>>,
+}
+
+pub const DESCRIPTION: &str = "Browse stored customer facts and their evidence: each fact \
+carries its provenance (`sourceType`, `sourceId`, `sourceOccurredAt`, the verbatim \
+`sourceQuote`, `permalink`). Filter by `customer`, `status` (default `[\"ACTIVE\"]`), \
+`sourceTypes` and `after` (on the source's time). Returns `{items: [Fact], pagination}`, newest \
+source first. Open the evidence with `svc_get_source`.";
+
+pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
+    let req = ListRequest::new(input.limit, &input.cursor)?;
+    check_fields(&input.fields, FACT_FIELDS)?;
+    let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
+    let statuses: Vec<&str> = match &input.status {
+        Some(list) => list.iter().map(|s| s.as_str()).collect(),
+        None => vec![FactStatus::Active.as_str()],
+    };
+    filter = filter.add(Column::Status.is_in(statuses));
+    if let Some(raw) = &input.source_types {
+        filter = filter.add(Column::SourceType.is_in(parse_source_types("sourceTypes", raw)?));
+    }
+    if let Some(raw) = &input.after {
+        filter = filter.add(Column::SourceOccurredAt.gte(parse_timestamp("after", raw)?));
+    }
+    if let Some(customer) = &input.customer {
+        let found = resolve_customer(ctx, customer).await?;
+        filter = filter.add(Column::CustomerId.eq(found.id));
+    }
+    let db = &ctx.state.db;
+    let total = req
+        .total(|| Entity::find().filter(filter.clone()).count(db))
+        .await?;
+    let mut query = Entity::find().filter(filter);
+    if let Some(c) = &req.cursor {
+        let at = c
+            .time(0)?
+            .ok_or_else(|| super::ToolError::invalid("cursor", "not a cursor of this list"))?;
+        query = query.filter(after_desc(
+            Column::SourceOccurredAt,
+            Column::Id,
+            at,
+            &c.text(1)?,
+        ));
+    }
+    let rows = query
+        .order_by(Column::SourceOccurredAt, Order::Desc)
+        .order_by(Column::Id, Order::Desc)
+        .limit(req.limit + 1)
+        .all(db)
+        .await?;
+    Ok(super::common::page(
+        rows,
+        &req,
+        total,
+        |f| vec![key_time(&f.source_occurred_at), json!(f.id)],
+        records::fact,
+        input.fields.as_deref().map(|f| (f, FACT_IDS)),
+    ))
+}

@@ -1,0 +1,137 @@
+//! The tool gateway's domain: each tool is one file here with an input contract (a struct
+//! deriving `serde::Deserialize` and `schemars::JsonSchema`) and a `run` function; the gateway
+//! validates input against the contract before a tool runs.
+
+pub mod allowance;
+pub mod common;
+pub mod openapi;
+pub mod records;
+pub mod registry;
+pub mod timeline;
+
+pub mod analytics_views;
+pub mod query;
+pub mod schema;
+pub mod search_customer_context;
+
+pub mod get_customer;
+pub mod get_fact;
+pub mod get_source;
+pub mod get_timeline;
+pub mod list_customers;
+pub mod list_facts;
+pub mod list_sources;
+pub mod list_users;
+pub mod list_workspace_users;
+pub mod send_notification;
+
+use serde_json::{Map, Value};
+
+use crate::{
+    api::AppState,
+    request::{PathSegment, ValidationIssue},
+};
+
+/// What a tool call runs with: the service's state and the caller's organization.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub state: AppState,
+    /// Every query a tool makes is confined to this organization.
+    pub organization_id: String,
+}
+
+/// Why a tool call failed; the gateway maps each to the spec's HTTP body.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// 400 `{error, details: [{path, message}]}`: the input breaks the tool's contract.
+    #[error("invalid input")]
+    Invalid(Vec<ValidationIssue>),
+    /// 400 `{error}`: the input is well-formed but the tool refuses it (e.g. a write in
+    /// `svc_query`, a time-out, no destination to notify).
+    #[error("{0}")]
+    Refused(String),
+    /// 404 `{error}`: an exact lookup found nothing in the organization.
+    #[error("{0}")]
+    NotFound(String),
+    /// 500 `{error}` without internals.
+    #[error("{0}")]
+    Internal(String),
+    /// 402 `{error, code: "api_limit_exceeded", plan, feature: "api_calls", resetAt}`: the
+    /// organization used its plan's tool calls for this billing cycle.
+    #[error("the {plan} plan's {limit} tool calls of this billing cycle are used up")]
+    LimitExceeded {
+        plan: String,
+        limit: i64,
+        /// Unix milliseconds of the next cycle's start.
+        reset_at: i64,
+    },
+}
+
+impl From<sea_orm::DbErr> for ToolError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        ToolError::Internal(err.to_string())
+    }
+}
+
+impl ToolError {
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        ToolError::Invalid(vec![ValidationIssue::at(field, message)])
+    }
+}
+
+pub type ToolResult<T> = Result<T, ToolError>;
+
+/// Runs one tool call: finds the tool, validates `input` against its contract, counts the call
+/// toward the plan's allowance, then runs it.
+///
+/// Calls refused before the tool runs (unknown tool, invalid input) do not count; every call
+/// that reaches the tool counts, also one whose lookup finds nothing.
+pub async fn call(ctx: ToolContext, name: &str, input: Option<Value>) -> ToolResult<Value> {
+    let registered = registry::find(name).ok_or_else(|| {
+        ToolError::Invalid(vec![ValidationIssue::new(
+            vec![PathSegment::from("tool")],
+            format!(
+                "unknown tool `{name}`: use one of {}",
+                registry::names().join(", ")
+            ),
+        )])
+    })?;
+    let input = match input {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => {
+            return Err(ToolError::Invalid(vec![ValidationIssue::new(
+                vec![PathSegment::from("input")],
+                "must be an object",
+            )]))
+        }
+    };
+    registered.validate(&input).map_err(ToolError::Invalid)?;
+    allowance::consume(&ctx.state.db, &ctx.organization_id).await?;
+    (registered.tool.run)(ctx, input).await
+}
+
+/// The HTTP status and body a failed call answers with, in the spec's shapes: 400 `{error,
+/// details}` or `{error}`, 402 the plan body, 404 and 500 `{error}`. MCP `tools/call` returns the
+/// same body as its error result.
+pub fn error_body(err: &ToolError) -> (u16, Value) {
+    match err {
+        ToolError::Invalid(issues) => (
+            400,
+            serde_json::json!({ "error": "invalid tool call", "details": issues }),
+        ),
+        ToolError::Refused(message) => (400, serde_json::json!({ "error": message })),
+        ToolError::NotFound(message) => (404, serde_json::json!({ "error": message })),
+        ToolError::Internal(_) => (500, serde_json::json!({ "error": "internal error" })),
+        ToolError::LimitExceeded { plan, reset_at, .. } => (
+            402,
+            serde_json::json!({
+                "error": err.to_string(),
+                "code": "api_limit_exceeded",
+                "plan": plan,
+                "feature": "api_calls",
+                "resetAt": reset_at,
+            }),
+        ),
+    }
+}

@@ -1,0 +1,250 @@
+//! The merged customer timeline behind `svc_get_timeline` and `svc_get_customer`'s
+//! `recentTimeline`: tracked events, billing changes and sources in one time order.
+
+use chrono::{DateTime, Utc};
+use entity::{billing_change, event, source};
+use sea_orm::{
+    ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use serde_json::{json, Value};
+
+use super::{common::key_time, records, ToolContext, ToolResult};
+
+/// Which channels to read.
+#[derive(Debug, Clone, Copy)]
+pub struct Channels {
+    pub product: bool,
+    pub billing: bool,
+    pub support: bool,
+    pub conversation: bool,
+}
+
+impl Channels {
+    pub const ALL: Channels = Channels {
+        product: true,
+        billing: true,
+        support: true,
+        conversation: true,
+    };
+
+    fn source_types(&self) -> Vec<&'static str> {
+        let mut types = Vec::new();
+        if self.billing {
+            types.push("OPPORTUNITY");
+        }
+        if self.support {
+            types.push("SUPPORT_TICKET");
+        }
+        if self.conversation {
+            types.extend(["CALL", "EMAIL", "CALENDAR_EVENT"]);
+        }
+        types
+    }
+}
+
+/// The time window and customer of a timeline read.
+pub struct Window<'a> {
+    pub customer_id: &'a str,
+    pub from: Option<DateTime<Utc>>,
+    pub before: Option<DateTime<Utc>>,
+    pub channels: Channels,
+}
+
+/// Where a page starts: after this entry in (time, kind rank, row id) order.
+#[derive(Debug, Clone)]
+pub struct Position {
+    pub at: DateTime<Utc>,
+    pub rank: i64,
+    pub id: String,
+}
+
+/// One timeline entry with its sort key.
+pub struct Entry {
+    pub at: DateTime<Utc>,
+    pub rank: i64,
+    pub id: String,
+    pub value: Value,
+}
+
+impl Entry {
+    pub fn key(&self) -> Vec<Value> {
+        vec![key_time(&self.at), json!(self.rank), json!(self.id)]
+    }
+}
+
+const RANK_EVENT: i64 = 0;
+const RANK_BILLING: i64 = 1;
+const RANK_SOURCE: i64 = 2;
+
+/// Keyset condition for a table of rank `rank` after `pos`, oldest first.
+fn after<C: ColumnTrait>(at_col: C, id_col: C, rank: i64, pos: &Position) -> Condition {
+    if rank > pos.rank {
+        Condition::all().add(at_col.gte(pos.at))
+    } else if rank < pos.rank {
+        Condition::all().add(at_col.gt(pos.at))
+    } else {
+        Condition::any().add(at_col.gt(pos.at)).add(
+            Condition::all()
+                .add(at_col.eq(pos.at))
+                .add(id_col.gt(pos.id.clone())),
+        )
+    }
+}
+
+fn window<C: ColumnTrait>(at_col: C, w: &Window) -> Condition {
+    let mut c = Condition::all();
+    if let Some(from) = w.from {
+        c = c.add(at_col.gte(from));
+    }
+    if let Some(before) = w.before {
+        c = c.add(at_col.lt(before));
+    }
+    c
+}
+
+fn event_filter(ctx: &ToolContext, w: &Window) -> Condition {
+    Condition::all()
+        .add(event::Column::OrganizationId.eq(&ctx.organization_id))
+        .add(event::Column::CustomerId.eq(w.customer_id))
+        // Billing events reach the timeline as the billing changes they caused.
+        .add(event::Column::EventType.ne("billing"))
+        .add(window(event::Column::OccurredAt, w))
+}
+
+fn billing_filter(ctx: &ToolContext, w: &Window) -> Condition {
+    Condition::all()
+        .add(billing_change::Column::OrganizationId.eq(&ctx.organization_id))
+        .add(billing_change::Column::CustomerId.eq(w.customer_id))
+        .add(window(billing_change::Column::At, w))
+}
+
+fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
+    Condition::all()
+        .add(source::Column::OrganizationId.eq(&ctx.organization_id))
+        .add(source::Column::CustomerId.eq(w.customer_id))
+        .add(source::Column::SourceType.is_in(types.to_vec()))
+        .add(window(source::Column::OccurredAt, w))
+}
+
+/// Entries counted over the whole window.
+pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<u64> {
+    let db = &ctx.state.db;
+    let mut total = 0;
+    if w.channels.product {
+        total += event::Entity::find()
+            .filter(event_filter(ctx, w))
+            .count(db)
+            .await?;
+    }
+    if w.channels.billing {
+        total += billing_change::Entity::find()
+            .filter(billing_filter(ctx, w))
+            .count(db)
+            .await?;
+    }
+    let types = w.channels.source_types();
+    if !types.is_empty() {
+        total += source::Entity::find()
+            .filter(source_filter(ctx, w, &types))
+            .count(db)
+            .await?;
+    }
+    Ok(total)
+}
+
+/// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
+/// latest `n`, still returned oldest first.
+pub async fn read(
+    ctx: &ToolContext,
+    w: &Window<'_>,
+    start: Option<&Position>,
+    n: u64,
+    newest_first: bool,
+) -> ToolResult<Vec<Entry>> {
+    let db = &ctx.state.db;
+    let order = if newest_first {
+        Order::Desc
+    } else {
+        Order::Asc
+    };
+    let mut entries = Vec::new();
+    if w.channels.product {
+        let mut q = event::Entity::find().filter(event_filter(ctx, w));
+        if let Some(pos) = start {
+            q = q.filter(after(
+                event::Column::OccurredAt,
+                event::Column::Id,
+                RANK_EVENT,
+                pos,
+            ));
+        }
+        let rows = q
+            .order_by(event::Column::OccurredAt, order.clone())
+            .order_by(event::Column::Id, order.clone())
+            .limit(n)
+            .all(db)
+            .await?;
+        entries.extend(rows.iter().map(|e| Entry {
+            at: e.occurred_at,
+            rank: RANK_EVENT,
+            id: e.id.clone(),
+            value: records::timeline_event(e),
+        }));
+    }
+    if w.channels.billing {
+        let mut q = billing_change::Entity::find().filter(billing_filter(ctx, w));
+        if let Some(pos) = start {
+            q = q.filter(after(
+                billing_change::Column::At,
+                billing_change::Column::Id,
+                RANK_BILLING,
+                pos,
+            ));
+        }
+        let rows = q
+            .order_by(billing_change::Column::At, order.clone())
+            .order_by(billing_change::Column::Id, order.clone())
+            .limit(n)
+            .all(db)
+            .await?;
+        entries.extend(rows.iter().map(|b| Entry {
+            at: b.at,
+            rank: RANK_BILLING,
+            id: b.id.clone(),
+            value: records::timeline_billing(b),
+        }));
+    }
+    let types = w.channels.source_types();
+    if !types.is_empty() {
+        let mut q = source::Entity::find().filter(source_filter(ctx, w, &types));
+        if let Some(pos) = start {
+            q = q.filter(after(
+                source::Column::OccurredAt,
+                source::Column::Id,
+                RANK_SOURCE,
+                pos,
+            ));
+        }
+        let rows = q
+            .order_by(source::Column::OccurredAt, order.clone())
+            .order_by(source::Column::Id, order.clone())
+            .limit(n)
+            .all(db)
+            .await?;
+        entries.extend(rows.iter().map(|s| Entry {
+            at: s.occurred_at,
+            rank: RANK_SOURCE,
+            id: s.id.clone(),
+            value: records::timeline_source(s),
+        }));
+    }
+    entries.sort_by(|a, b| (a.at, a.rank, &a.id).cmp(&(b.at, b.rank, &b.id)));
+    if newest_first {
+        let skip = entries.len().saturating_sub(n as usize);
+        entries.drain(..skip);
+    } else {
+        entries.truncate(n as usize);
+    }
+    Ok(entries)
+}

@@ -1,0 +1,165 @@
+//! Wire types shared by every endpoint: a required-but-nullable wrapper and the one timestamp format.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use poem_openapi::{
+    registry::{MetaSchema, MetaSchemaRef, Registry},
+    types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type},
+};
+use serde_json::Value;
+
+/// A field that is always present in a response and may be `null`.
+///
+/// poem-openapi's `Option<T>` is "not required" in the generated schema; the spec's nullable
+/// fields are required, so this says `required` + `nullable: true` and writes `null`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Nullable<T>(pub Option<T>);
+
+impl<T> From<Option<T>> for Nullable<T> {
+    fn from(value: Option<T>) -> Self {
+        Self(value)
+    }
+}
+
+impl<T: Type> Type for Nullable<T> {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = T::RawValueType;
+    type RawElementValueType = T::RawElementValueType;
+
+    fn name() -> Cow<'static, str> {
+        format!("nullable_{}", T::name()).into()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        match T::schema_ref() {
+            // A `$ref` cannot carry `nullable` in OpenAPI 3.0; `allOf` with the one reference
+            // can, and SDK generators read it as "this type or null".
+            reference @ MetaSchemaRef::Reference(_) => {
+                MetaSchemaRef::Inline(Box::new(MetaSchema {
+                    all_of: vec![reference],
+                    nullable: true,
+                    ..MetaSchema::ANY
+                }))
+            }
+            MetaSchemaRef::Inline(mut schema) => {
+                schema.nullable = true;
+                MetaSchemaRef::Inline(schema)
+            }
+        }
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        self.0.as_ref().and_then(|v| v.as_raw_value())
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        match &self.0 {
+            Some(v) => v.raw_element_iter(),
+            None => Box::new(std::iter::empty()),
+        }
+    }
+}
+
+impl<T: ParseFromJSON> ParseFromJSON for Nullable<T> {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        match value {
+            None | Some(Value::Null) => Ok(Self(None)),
+            Some(v) => T::parse_from_json(Some(v))
+                .map(|v| Self(Some(v)))
+                .map_err(ParseError::propagate),
+        }
+    }
+}
+
+impl<T: ToJSON> ToJSON for Nullable<T> {
+    fn to_json(&self) -> Option<Value> {
+        Some(
+            self.0
+                .as_ref()
+                .and_then(|v| v.to_json())
+                .unwrap_or(Value::Null),
+        )
+    }
+}
+
+/// Every `...At` field: RFC 3339 in UTC with a `Z` and millisecond precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub DateTime<Utc>);
+
+impl Timestamp {
+    pub fn format(dt: &DateTime<Utc>) -> String {
+        dt.to_rfc3339_opts(SecondsFormat::Millis, true)
+    }
+}
+
+impl From<DateTime<Utc>> for Timestamp {
+    fn from(value: DateTime<Utc>) -> Self {
+        Self(value)
+    }
+}
+
+impl Type for Timestamp {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = Self;
+    type RawElementValueType = Self;
+
+    fn name() -> Cow<'static, str> {
+        "string_date-time".into()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        MetaSchemaRef::Inline(Box::new(MetaSchema::new_with_format("string", "date-time")))
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        Some(self)
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        Box::new(std::iter::once(self))
+    }
+}
+
+impl ParseFromJSON for Timestamp {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        match value {
+            Some(Value::String(s)) => DateTime::parse_from_rfc3339(&s)
+                .map(|dt| Self(dt.with_timezone(&Utc)))
+                .map_err(|e| ParseError::custom(e.to_string())),
+            other => Err(ParseError::expected_type(other.unwrap_or_default())),
+        }
+    }
+}
+
+impl ToJSON for Timestamp {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::String(Self::format(&self.0)))
+    }
+}
+
+/// Converts an optional stored time into the wire form.
+pub fn ts_opt(value: Option<DateTime<Utc>>) -> Nullable<Timestamp> {
+    Nullable(value.map(Timestamp))
+}
+
+/// Reads a poem-openapi `Enum` from its stored string form.
+pub fn parse_enum<E: ParseFromJSON>(raw: &str) -> Option<E> {
+    E::parse_from_json(Some(Value::String(raw.to_string()))).ok()
+}
+
+/// Writes a poem-openapi `Enum` in its wire (and stored) string form.
+pub fn enum_str<E: ToJSON>(value: &E) -> String {
+    match value.to_json() {
+        Some(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,326 @@
+//! Test harness: a real server on 127.0.0.1:0 over a fresh database, a reqwest client, and
+//! response checks against the committed `openapi.yaml`.
+
+use std::{net::SocketAddr, sync::OnceLock};
+
+use custintel::{
+    admin::{self, CreatedOrganization, NewOrganization, Plan},
+    api::AppState,
+    crypto::SecretBox,
+    db,
+};
+use reqwest::{Method, StatusCode};
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub db: DatabaseConnection,
+    pub state: AppState,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+/// Starts the server on a fresh database of `backend`; `None` when PostgreSQL is not configured.
+pub async fn spawn(backend: Backend) -> Option<TestApp> {
+    spawn_with(backend, Default::default()).await
+}
+
+/// [`spawn`] with chosen integration settings (e.g. a fake Stripe API base).
+pub async fn spawn_with(
+    backend: Backend,
+    integrations: custintel::integrations::IntegrationsConfig,
+) -> Option<TestApp> {
+    let (db, tmp) = match backend {
+        Backend::Sqlite => {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let url = format!("sqlite://{}/test.db?mode=rwc", tmp.path().display());
+            (db::connect(&url, None).await.expect("sqlite"), Some(tmp))
+        }
+        Backend::Postgres => {
+            let url = std::env::var("TEST_DATABASE_URL").ok()?;
+            // One schema per test keeps tests independent inside the run's throwaway database.
+            let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+            let admin_conn = db::connect(&url, None).await.expect("postgres");
+            admin_conn
+                .execute_unprepared(&format!("CREATE SCHEMA {schema}"))
+                .await
+                .expect("create schema");
+            (
+                db::connect(&url, Some(&schema)).await.expect("postgres"),
+                None,
+            )
+        }
+    };
+    db::migrate(&db).await.expect("migrate");
+    let state = AppState {
+        db: db.clone(),
+        secrets: SecretBox::from_key(&[7u8; 32]),
+        public_url: "http://127.0.0.1:0".into(),
+        integrations,
+        search: custintel::search::SearchIndex::start(db.clone()).expect("search index"),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
+    let serve_state = state.clone();
+    tokio::spawn(async move {
+        custintel::server::serve(serve_state, "127.0.0.1:0", move |addr| {
+            let _ = tx.send(addr);
+        })
+        .await
+        .expect("server");
+    });
+    let addr = rx.await.expect("bound address");
+    Some(TestApp {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+        db,
+        state,
+        _tmp: tmp,
+    })
+}
+
+/// Declares a test that runs on SQLite, and on PostgreSQL when `TEST_DATABASE_URL` is set.
+#[macro_export]
+macro_rules! db_test {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let app = $crate::helpers::spawn($crate::helpers::Backend::Sqlite)
+                    .await
+                    .expect("sqlite app");
+                ($body)(app).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                match $crate::helpers::spawn($crate::helpers::Backend::Postgres).await {
+                    Some(app) => ($body)(app).await,
+                    None => eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped"),
+                }
+            }
+        }
+    };
+}
+
+impl TestApp {
+    pub async fn org(&self, name: &str) -> CreatedOrganization {
+        admin::create_org(
+            &self.db,
+            NewOrganization {
+                name: name.into(),
+                plan: Plan::Pro,
+                api_call_limit: None,
+                connection_limit: None,
+                ingest_rate_limit: None,
+                tracking_domains: vec!["localhost".into()],
+            },
+        )
+        .await
+        .expect("create org")
+    }
+
+    /// An organization seeded with the demo data set.
+    pub async fn demo_org(&self) -> CreatedOrganization {
+        let org = self.org("Demo Co").await;
+        custintel::demo::seed(&self.db, &self.state.secrets, &org.organization_id)
+            .await
+            .expect("seed demo");
+        org
+    }
+
+    /// Sends a request and checks the response body against the description's schema for the
+    /// route, method and status (`route` is the path template, e.g. `/api/agents/{id}`).
+    pub async fn call(
+        &self,
+        method: Method,
+        route: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut req = self
+            .client
+            .request(method.clone(), format!("{}{}", self.base, path));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let reply = read(resp).await;
+        check_schema(method.as_str(), route, reply.status.as_u16(), &reply.body);
+        reply
+    }
+
+    pub async fn get(&self, route: &str, path: &str, key: &str) -> Reply {
+        self.call(Method::GET, route, path, Some(key), None).await
+    }
+
+    pub async fn post(&self, route: &str, path: &str, key: &str, body: Option<Value>) -> Reply {
+        self.call(Method::POST, route, path, Some(key), body).await
+    }
+
+    pub async fn patch(&self, route: &str, path: &str, key: &str, body: Value) -> Reply {
+        self.call(Method::PATCH, route, path, Some(key), Some(body))
+            .await
+    }
+
+    /// Sends raw bytes with a chosen content type (no schema check: for malformed input).
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        key: &str,
+        content_type: Option<&str>,
+        body: &'static str,
+    ) -> Reply {
+        let mut req = self
+            .client
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(key)
+            .body(body);
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        read(req.send().await.expect("request")).await
+    }
+}
+
+pub async fn read(resp: reqwest::Response) -> Reply {
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn description() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml"))
+            .expect("openapi.yaml");
+        serde_yaml::from_str(&text).expect("openapi.yaml parses")
+    })
+}
+
+/// OpenAPI 3.0 schema -> JSON Schema: `nullable` becomes a union with null.
+fn to_json_schema(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (k, val) in map {
+                if k == "nullable" || k == "example" || k == "discriminator" {
+                    continue;
+                }
+                out.insert(k.clone(), to_json_schema(val));
+            }
+            if map.get("nullable") == Some(&Value::Bool(true)) {
+                json!({ "anyOf": [Value::Object(out), { "type": "null" }] })
+            } else {
+                Value::Object(out)
+            }
+        }
+        Value::Array(items) => Value::Array(items.iter().map(to_json_schema).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Fails unless `body` matches the description's schema for this route, method and status.
+pub fn check_schema(method: &str, route: &str, status: u16, body: &Value) {
+    let doc = description();
+    let op = doc
+        .pointer(&format!(
+            "/paths/{}/{}",
+            route.replace('~', "~0").replace('/', "~1"),
+            method.to_ascii_lowercase()
+        ))
+        .unwrap_or_else(|| panic!("{method} {route} is not in openapi.yaml"));
+    let schema = op
+        .pointer(&format!(
+            "/responses/{status}/content/application~1json/schema"
+        ))
+        .or_else(|| {
+            op.pointer(&format!(
+                "/responses/{status}/content/application~1json; charset=utf-8/schema"
+            ))
+        })
+        .unwrap_or_else(|| panic!("{method} {route} documents no JSON body for {status}: {body}"));
+    let mut root = to_json_schema(schema);
+    let components = to_json_schema(doc.get("components").unwrap_or(&Value::Null));
+    if let Value::Object(m) = &mut root {
+        m.insert("components".into(), components);
+    } else {
+        panic!("schema for {method} {route} {status} is not an object");
+    }
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {route} {status}: body does not match openapi.yaml: {errors:?}\n{body:#}"
+    );
+}
+
+/// Replaces ids, timestamps, secrets and hashes so snapshots are stable.
+pub fn redact(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, val)| {
+                    let red = match k.as_str() {
+                        "correlationId" | "auditId" => Value::String("[id]".into()),
+                        "signingSecret" => Value::String("[secret]".into()),
+                        "configHash" if !val.is_null() => Value::String("[hash]".into()),
+                        // Cursors encode ids and times; the reset time depends on the month.
+                        "nextCursor" if val != "" => Value::String("[cursor]".into()),
+                        "resetAt" => Value::String("[resetAt]".into()),
+                        "organizationId" | "apiKey" | "publicKey" | "keyId" => {
+                            Value::String(format!("[{k}]"))
+                        }
+                        _ => redact(val),
+                    };
+                    (k.clone(), red)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
+        Value::String(s) if uuid::Uuid::parse_str(s).is_ok() => Value::String("[uuid]".into()),
+        Value::String(s) if chrono::DateTime::parse_from_rfc3339(s).is_ok() => {
+            Value::String("[timestamp]".into())
+        }
+        Value::String(s) if s.starts_with("whsec_") => Value::String("[secret]".into()),
+        other => other.clone(),
+    }
+}
+
+/// Snapshot of a JSON body after [`redact`].
+#[macro_export]
+macro_rules! snap {
+    ($name:expr, $value:expr) => {
+        insta::assert_json_snapshot!($name, $crate::helpers::redact(&$value))
+    };
+}

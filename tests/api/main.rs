@@ -1,0 +1,18 @@
+//! One test binary (one link step) for the whole API: contract, platform actions, keys, CLI.
+
+mod fake_stripe;
+mod helpers;
+
+mod cli;
+mod cli_client;
+mod contract;
+mod import;
+mod ingest;
+mod ingest_durability;
+mod integrations;
+mod keys;
+mod mcp;
+mod notify;
+mod platform;
+mod search_query;
+mod tools;

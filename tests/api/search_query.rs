@@ -1,0 +1,781 @@
+//! svc_search_customer_context, svc_schema and svc_query, called through their `run`
+//! functions (the gateway route maps their results and errors to HTTP).
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use custintel::{
+    search::SearchIndex,
+    tools::{query, schema, search_customer_context as search, ToolContext, ToolError},
+};
+use entity::{change, customer, fact, source};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::NotSet, ConnectionTrait, DatabaseBackend, EntityTrait, Set,
+    TransactionTrait,
+};
+use serde_json::{json, Value};
+
+use crate::{db_test, helpers::TestApp, snap};
+
+fn ctx(app: &TestApp, organization_id: &str) -> ToolContext {
+    ToolContext {
+        state: app.state.clone(),
+        organization_id: organization_id.to_string(),
+    }
+}
+
+fn at(day: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 10, day, 15, 0, 0).unwrap()
+}
+
+async fn add_customer(
+    app: &TestApp,
+    org: &str,
+    name: &str,
+    domain: &str,
+    status: &str,
+    mrr: i64,
+) -> String {
+    let id = uuid::Uuid::new_v4().to_string();
+    customer::ActiveModel {
+        id: Set(id.clone()),
+        organization_id: Set(org.into()),
+        name: Set(name.into()),
+        domain: Set(Some(domain.into())),
+        external_id: Set(Some(format!("ext_{domain}"))),
+        billing_status: Set(status.into()),
+        mrr_cents: Set(mrr),
+        traits: Set(json!({ "plan": "pro" })),
+        last_activity_at: Set(Some(at(20))),
+        created_at: Set(at(1)),
+        updated_at: Set(at(1)),
+    }
+    .insert(&app.db)
+    .await
+    .expect("customer");
+    id
+}
+
+/// Writes a change-log row and returns its seq, as every source/fact writer does.
+async fn record_change<C: ConnectionTrait>(db: &C, org: &str, kind: &str, id: &str) -> i64 {
+    change::ActiveModel {
+        seq: NotSet,
+        organization_id: Set(org.into()),
+        artifact_type: Set(kind.into()),
+        artifact_id: Set(id.into()),
+        created_at: Set(Utc::now()),
+    }
+    .insert(db)
+    .await
+    .expect("change")
+    .seq
+}
+
+/// Inserts (or, with an existing `id`, rewrites) a source; returns its database id.
+#[allow(clippy::too_many_arguments)]
+async fn put_source(
+    app: &TestApp,
+    org: &str,
+    id: Option<&str>,
+    customer_id: &str,
+    source_type: &str,
+    source_id: &str,
+    title: &str,
+    body: &str,
+    occurred_at: DateTime<Utc>,
+) -> String {
+    let txn = app.db.begin().await.expect("begin");
+    let db_id = id
+        .map(String::from)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let seq = record_change(&txn, org, "source", &db_id).await;
+    let row = source::ActiveModel {
+        id: Set(db_id.clone()),
+        organization_id: Set(org.into()),
+        source_type: Set(source_type.into()),
+        source_id: Set(source_id.into()),
+        customer_id: Set(Some(customer_id.into())),
+        title: Set(title.into()),
+        body: Set(body.into()),
+        occurred_at: Set(occurred_at),
+        permalink: Set(None),
+        participants: Set(json!(["ada@acme.com"])),
+        change_seq: Set(seq),
+        created_at: Set(occurred_at),
+        updated_at: Set(Utc::now()),
+    };
+    if id.is_some() {
+        row.update(&txn).await.expect("update source");
+    } else {
+        row.insert(&txn).await.expect("insert source");
+    }
+    txn.commit().await.expect("commit");
+    db_id
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn put_fact(
+    app: &TestApp,
+    org: &str,
+    id: Option<&str>,
+    customer_id: &str,
+    text: &str,
+    status: &str,
+    source_type: &str,
+    source_id: &str,
+    occurred_at: DateTime<Utc>,
+) -> String {
+    let txn = app.db.begin().await.expect("begin");
+    let db_id = id
+        .map(String::from)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let seq = record_change(&txn, org, "fact", &db_id).await;
+    let row = fact::ActiveModel {
+        id: Set(db_id.clone()),
+        organization_id: Set(org.into()),
+        customer_id: Set(customer_id.into()),
+        text: Set(text.into()),
+        status: Set(status.into()),
+        source_type: Set(source_type.into()),
+        source_id: Set(source_id.into()),
+        source_occurred_at: Set(occurred_at),
+        source_quote: Set(format!("as they said: {text}")),
+        permalink: Set(None),
+        change_seq: Set(seq),
+        created_at: Set(occurred_at),
+        updated_at: Set(Utc::now()),
+    };
+    if id.is_some() {
+        row.update(&txn).await.expect("update fact");
+    } else {
+        row.insert(&txn).await.expect("insert fact");
+    }
+    txn.commit().await.expect("commit");
+    db_id
+}
+
+async fn caught_up(index: &SearchIndex) {
+    index
+        .wait_caught_up(Duration::from_secs(20))
+        .await
+        .expect("index caught up");
+}
+
+async fn search_for(app: &TestApp, org: &str, input: Value) -> Result<Value, ToolError> {
+    let input: search::Input = serde_json::from_value(input).expect("input parses");
+    search::run(&ctx(app, org), input).await
+}
+
+fn results(v: &Value) -> Vec<Value> {
+    v["results"].as_array().cloned().unwrap_or_default()
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    results(v)
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn without_scores(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(items) = v["results"].as_array_mut() {
+        for item in items {
+            assert!(item["score"].as_f64().is_some_and(|s| s > 0.0), "{item}");
+            item["score"] = json!("[score]");
+        }
+    }
+    v
+}
+
+fn invalid_paths(err: ToolError) -> Vec<String> {
+    match err {
+        ToolError::Invalid(issues) => issues
+            .iter()
+            .map(|i| serde_json::to_string(&i.path).unwrap_or_default())
+            .collect(),
+        other => panic!("expected invalid input, got {other:?}"),
+    }
+}
+
+/// Two customers of one organization, a third organization's lookalike data.
+struct Seeded {
+    org: String,
+    other_org: String,
+    acme: String,
+}
+
+async fn seed(app: &TestApp) -> Seeded {
+    let org = app.org("Search Co").await.organization_id;
+    let other_org = app.org("Other Co").await.organization_id;
+    let acme = add_customer(app, &org, "Acme", "acme.com", "PAYING", 49_900).await;
+    let globex = add_customer(app, &org, "Globex", "globex.com", "TRIALING", 0).await;
+    let rival = add_customer(app, &other_org, "Acme", "acme.com", "PAYING", 1).await;
+    put_source(
+        app,
+        &org,
+        None,
+        &acme,
+        "CALL",
+        "call_1",
+        "Renewal pricing call",
+        "Ada opened with the agenda. The renewal is in March and pricing is the main worry. \
+         They want a discount on pricing for 40 more seats before the renewal. \
+         We closed with next steps.",
+        at(10),
+    )
+    .await;
+    put_source(
+        app,
+        &org,
+        None,
+        &acme,
+        "EMAIL",
+        "email_1",
+        "Follow-up",
+        "Thanks for the call. Attached is the security questionnaire. Pricing to follow.",
+        at(12),
+    )
+    .await;
+    put_source(
+        app,
+        &org,
+        None,
+        &globex,
+        "OPPORTUNITY",
+        "opp_1",
+        "Globex expansion",
+        "Expansion opportunity: pricing for the enterprise plan and the renewal date.",
+        at(3),
+    )
+    .await;
+    put_source(
+        app,
+        &org,
+        None,
+        &globex,
+        "SUPPORT_TICKET",
+        "ticket_1",
+        "Login broken",
+        "SSO login fails for every user since Tuesday.",
+        at(15),
+    )
+    .await;
+    put_fact(
+        app,
+        &org,
+        None,
+        &acme,
+        "Acme worries about renewal pricing",
+        "ACTIVE",
+        "CALL",
+        "call_1",
+        at(10),
+    )
+    .await;
+    put_fact(
+        app,
+        &org,
+        None,
+        &acme,
+        "Acme dropped the renewal pricing concern",
+        "RETRACTED",
+        "CALL",
+        "call_1",
+        at(10),
+    )
+    .await;
+    // Another organization's text, with the same words and one of its own.
+    put_source(
+        app,
+        &other_org,
+        None,
+        &rival,
+        "CALL",
+        "call_1",
+        "Renewal pricing call zyzzyva",
+        "Renewal pricing renewal pricing zyzzyva.",
+        at(11),
+    )
+    .await;
+    caught_up(&app.state.search).await;
+    Seeded {
+        org,
+        other_org,
+        acme,
+    }
+}
+
+db_test!(search_ranks_groups_and_filters, |app: TestApp| async move {
+    let s = seed(&app).await;
+
+    let all = search_for(&app, &s.org, json!({ "query": "renewal pricing" }))
+        .await
+        .expect("search");
+    let found = ids(&all);
+    // The call says both words most often (and in its title); the retracted fact, the
+    // ticket and the other organization's call are not found.
+    assert_eq!(found.first().map(String::as_str), Some("call_1"), "{all:#}");
+    assert_eq!(found.len(), 4, "{all:#}");
+    assert!(!found.contains(&"ticket_1".to_string()));
+    let scores: Vec<f64> = results(&all)
+        .iter()
+        .map(|r| r["score"].as_f64().unwrap_or_default())
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    let call = &results(&all)[0];
+    let passages = call["passages"].as_array().expect("passages");
+    assert!(passages.len() >= 2, "{call:#}");
+    assert!(passages[0].as_str().unwrap_or_default().contains("renewal"));
+    snap!("search_results", without_scores(&all));
+
+    // A fact result carries its provenance.
+    let fact = results(&all)
+        .into_iter()
+        .find(|r| r["type"] == "fact")
+        .expect("fact result");
+    assert_eq!(fact["title"], "Acme worries about renewal pricing");
+    assert_eq!(fact["sourceType"], "CALL");
+    assert_eq!(fact["sourceId"], "call_1");
+
+    // customer (by domain, external id or id), sourceTypes (normalized), after, topK.
+    for reference in ["acme.com", "ext_acme.com", s.acme.as_str()] {
+        let only_acme = search_for(
+            &app,
+            &s.org,
+            json!({ "query": "pricing", "customer": reference }),
+        )
+        .await
+        .expect("search");
+        assert!(results(&only_acme)
+            .iter()
+            .all(|r| r["customerId"] == s.acme.as_str()));
+        assert_eq!(results(&only_acme).len(), 3, "{only_acme:#}");
+    }
+    let crm = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "pricing", "sourceTypes": [" crm "] }),
+    )
+    .await
+    .expect("search");
+    assert_eq!(ids(&crm), vec!["opp_1"]);
+    let calls = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "pricing", "sourceTypes": ["call", "Email"] }),
+    )
+    .await
+    .expect("search");
+    assert!(results(&calls)
+        .iter()
+        .all(|r| r["sourceType"] == "CALL" || r["sourceType"] == "EMAIL"));
+    assert_eq!(results(&calls).len(), 3, "{calls:#}");
+    let recent = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "pricing", "after": "2026-10-11T00:00:00Z" }),
+    )
+    .await
+    .expect("search");
+    assert_eq!(ids(&recent), vec!["email_1"]);
+    let top1 = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "renewal pricing", "topK": 1 }),
+    )
+    .await
+    .expect("search");
+    assert_eq!(ids(&top1), vec!["call_1"]);
+    let none = search_for(&app, &s.org, json!({ "query": "kumquat" }))
+        .await
+        .expect("search");
+    snap!("search_no_results", none);
+
+    // Bounds and bad filters.
+    for top_k in [0, 101] {
+        let err = search_for(&app, &s.org, json!({ "query": "x", "topK": top_k }))
+            .await
+            .expect_err("topK out of bounds");
+        assert_eq!(invalid_paths(err), vec![r#"["topK"]"#]);
+    }
+    let err = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "  ", "sourceTypes": ["CALL", "FAX"], "after": "last week" }),
+    )
+    .await
+    .expect_err("bad input");
+    assert_eq!(
+        invalid_paths(err),
+        vec![r#"["query"]"#, r#"["sourceTypes",1]"#, r#"["after"]"#]
+    );
+    assert!(serde_json::from_value::<search::Input>(json!({ "query": "x", "limit": 3 })).is_err());
+    let missing = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "pricing", "customer": "nope.example" }),
+    )
+    .await
+    .expect_err("unknown customer");
+    assert!(matches!(missing, ToolError::NotFound(_)), "{missing:?}");
+
+    // Tenant isolation: another organization's words and customers are never found.
+    let theirs = search_for(&app, &s.org, json!({ "query": "zyzzyva" }))
+        .await
+        .expect("search");
+    assert!(results(&theirs).is_empty(), "{theirs:#}");
+    let by_their_customer = search_for(
+        &app,
+        &s.org,
+        json!({ "query": "pricing", "customer": "acme.com" }),
+    )
+    .await
+    .expect("search");
+    assert!(!ids(&by_their_customer).is_empty());
+    assert!(results(&by_their_customer)
+        .iter()
+        .all(|r| r["customerId"] == s.acme.as_str()));
+    let own = search_for(&app, &s.other_org, json!({ "query": "zyzzyva" }))
+        .await
+        .expect("search");
+    assert_eq!(ids(&own), vec!["call_1"]);
+});
+
+db_test!(
+    search_follows_writes_and_survives_restart,
+    |app: TestApp| async move {
+        let s = seed(&app).await;
+        let ticket = put_source(
+            &app,
+            &s.org,
+            None,
+            &s.acme,
+            "SUPPORT_TICKET",
+            "ticket_9",
+            "Invoice question",
+            "The invoice shows a wombat surcharge.",
+            at(18),
+        )
+        .await;
+        caught_up(&app.state.search).await;
+        let found = search_for(&app, &s.org, json!({ "query": "wombat" }))
+            .await
+            .expect("search");
+        assert_eq!(ids(&found), vec!["ticket_9"]);
+
+        // An update replaces the indexed text; the artifact is not duplicated.
+        put_source(
+            &app,
+            &s.org,
+            Some(&ticket),
+            &s.acme,
+            "SUPPORT_TICKET",
+            "ticket_9",
+            "Invoice question",
+            "The invoice shows a platypus surcharge, not a wombat one. Platypus again.",
+            at(18),
+        )
+        .await;
+        caught_up(&app.state.search).await;
+        let updated = search_for(&app, &s.org, json!({ "query": "platypus wombat" }))
+            .await
+            .expect("search");
+        assert_eq!(ids(&updated), vec!["ticket_9"], "{updated:#}");
+        let old_only = search_for(&app, &s.org, json!({ "query": "surcharge" }))
+            .await
+            .expect("search");
+        assert_eq!(ids(&old_only), vec!["ticket_9"]);
+
+        // A fact that stops being active leaves the results.
+        let fact_id = put_fact(
+            &app,
+            &s.org,
+            None,
+            &s.acme,
+            "Acme loves koalas",
+            "ACTIVE",
+            "EMAIL",
+            "email_1",
+            at(12),
+        )
+        .await;
+        caught_up(&app.state.search).await;
+        let koala = search_for(&app, &s.org, json!({ "query": "koalas" }))
+            .await
+            .expect("search");
+        assert_eq!(ids(&koala), vec![fact_id.clone()]);
+        put_fact(
+            &app,
+            &s.org,
+            Some(&fact_id),
+            &s.acme,
+            "Acme loves koalas",
+            "SUPERSEDED",
+            "EMAIL",
+            "email_1",
+            at(12),
+        )
+        .await;
+        caught_up(&app.state.search).await;
+        let gone = search_for(&app, &s.org, json!({ "query": "koalas" }))
+            .await
+            .expect("search");
+        assert!(results(&gone).is_empty(), "{gone:#}");
+
+        // A new instance over the same database (a restart) builds the same index.
+        let restarted = SearchIndex::start(app.db.clone()).expect("index");
+        caught_up(&restarted).await;
+        let mut state = app.state.clone();
+        state.search = restarted;
+        let after_restart = search::run(
+            &ToolContext {
+                state,
+                organization_id: s.org.clone(),
+            },
+            serde_json::from_value(json!({ "query": "renewal pricing platypus" })).expect("input"),
+        )
+        .await
+        .expect("search");
+        let before_restart =
+            search_for(&app, &s.org, json!({ "query": "renewal pricing platypus" }))
+                .await
+                .expect("search");
+        assert_eq!(ids(&after_restart), ids(&before_restart));
+        assert_eq!(ids(&after_restart).len(), 5, "{after_restart:#}");
+    }
+);
+
+db_test!(schema_lists_views, |app: TestApp| async move {
+    let org = app.org("Schema Co").await.organization_id;
+    let run = |input: Value| {
+        let ctx = ctx(&app, &org);
+        async move { schema::run(&ctx, serde_json::from_value(input).expect("input")).await }
+    };
+    let all = run(json!({})).await.expect("schema");
+    let names: Vec<&str> = all["views"]
+        .as_array()
+        .expect("views")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for wanted in [
+        "customers",
+        "users",
+        "workspace_users",
+        "facts",
+        "sources",
+        "events",
+    ] {
+        assert!(names.contains(&wanted), "{names:?}");
+    }
+    assert!(!all.to_string().contains("organization_id"));
+    snap!("schema_all", all);
+    let one = run(json!({ "view": "events" })).await.expect("schema");
+    snap!("schema_events", one);
+    let err = run(json!({ "view": "secrets" }))
+        .await
+        .expect_err("unknown view");
+    assert_eq!(invalid_paths(err), vec![r#"["view"]"#]);
+});
+
+async fn sql(app: &TestApp, org: &str, input: Value) -> Result<Value, ToolError> {
+    query::run(
+        &ctx(app, org),
+        serde_json::from_value(input).expect("input"),
+    )
+    .await
+}
+
+fn refused(result: Result<Value, ToolError>, sql_text: &str) -> String {
+    match result {
+        Err(ToolError::Refused(message)) => message,
+        other => panic!("`{sql_text}` should be refused, got {other:?}"),
+    }
+}
+
+db_test!(query_reads_only_own_views, |app: TestApp| async move {
+    let s = seed(&app).await;
+
+    let rows = sql(&app, &s.org, json!({ "sql": "SELECT name, domain, billing_status, mrr_cents, created_at FROM customers ORDER BY name" }))
+        .await
+        .expect("query");
+    snap!("query_customers", rows);
+    assert_eq!(rows["rowCount"], 2);
+    // Timestamps are ISO 8601 text in UTC with milliseconds; JSON fields are JSON text.
+    assert_eq!(rows["rows"][0][4], "2026-10-01T15:00:00.000Z");
+    let traits = sql(
+        &app,
+        &s.org,
+        json!({ "sql": "SELECT traits FROM customers" }),
+    )
+    .await
+    .expect("query");
+    let text = traits["rows"][0][0].as_str().expect("JSON text");
+    assert_eq!(
+        serde_json::from_str::<Value>(text).expect("JSON"),
+        json!({ "plan": "pro" })
+    );
+
+    let grouped = sql(&app, &s.org, json!({ "sql": "SELECT source_type, count(*) AS n FROM sources GROUP BY source_type ORDER BY source_type" }))
+        .await
+        .expect("query");
+    snap!("query_grouped", grouped);
+
+    let facts = sql(&app, &s.org, json!({ "sql": "SELECT f.text, s.title FROM facts f JOIN sources s ON s.source_type = f.source_type AND s.source_id = f.source_id WHERE f.status = 'ACTIVE'" }))
+        .await
+        .expect("query");
+    assert_eq!(
+        facts["rows"],
+        json!([["Acme worries about renewal pricing", "Renewal pricing call"]])
+    );
+
+    // Another organization's rows are not in the views.
+    let count = sql(
+        &app,
+        &s.org,
+        json!({ "sql": "SELECT count(*) FROM customers WHERE mrr_cents = 1" }),
+    )
+    .await
+    .expect("query");
+    assert_eq!(count["rows"], json!([[0]]));
+    let theirs = sql(
+        &app,
+        &s.other_org,
+        json!({ "sql": "SELECT name, mrr_cents FROM customers" }),
+    )
+    .await
+    .expect("query");
+    assert_eq!(theirs["rows"], json!([["Acme", 1]]));
+
+    // maxRows caps the answer and says so.
+    let capped = sql(
+        &app,
+        &s.org,
+        json!({ "sql": "SELECT source_id FROM sources ORDER BY source_id", "maxRows": 2 }),
+    )
+    .await
+    .expect("query");
+    assert_eq!(capped["rowCount"], 2);
+    assert_eq!(capped["truncated"], true);
+    snap!("query_truncated", capped);
+    let exact = sql(
+        &app,
+        &s.org,
+        json!({ "sql": "SELECT source_id FROM sources", "maxRows": 4 }),
+    )
+    .await
+    .expect("query");
+    assert_eq!(exact["truncated"], false);
+    for max_rows in [0, 10_001] {
+        let err = sql(
+            &app,
+            &s.org,
+            json!({ "sql": "SELECT 1", "maxRows": max_rows }),
+        )
+        .await
+        .expect_err("maxRows out of bounds");
+        assert_eq!(invalid_paths(err), vec![r#"["maxRows"]"#]);
+    }
+    let err = sql(&app, &s.org, json!({ "sql": "   " }))
+        .await
+        .expect_err("empty");
+    assert_eq!(invalid_paths(err), vec![r#"["sql"]"#]);
+});
+
+db_test!(
+    query_refuses_writes_and_escapes,
+    |app: TestApp| async move {
+        let s = seed(&app).await;
+        let backend = app.db.get_database_backend();
+        let mut statements: Vec<(String, &str)> = vec![
+            (
+                "INSERT INTO customers (id, name) VALUES ('x', 'y')".into(),
+                "read-only",
+            ),
+            ("UPDATE customers SET name = 'hacked'".into(), "read-only"),
+            ("DELETE FROM customers".into(), "read-only"),
+            ("CREATE TABLE notes (x integer)".into(), "read-only"),
+            ("DROP VIEW customers".into(), "read-only"),
+            ("ATTACH DATABASE 'other.db' AS other".into(), ""),
+            ("PRAGMA table_info(customers)".into(), ""),
+            ("SELECT 1; SELECT 2".into(), "exactly one statement"),
+            ("SELECT 1; DELETE FROM customers".into(), ""),
+            ("SELECT * FROM organizations".into(), "analytics views"),
+            ("SELECT * FROM api_keys".into(), "analytics views"),
+        ];
+        match backend {
+            DatabaseBackend::Sqlite => {
+                statements.push((
+                    "SELECT * FROM main.customers".into(),
+                    "only the analytics views",
+                ));
+                statements.push((
+                    "SELECT name FROM sqlite_master".into(),
+                    "only the analytics views",
+                ));
+                statements.push(("ATTACH DATABASE ':memory:' AS scratch".into(), "ATTACH"));
+                statements.push(("PRAGMA journal_mode".into(), "PRAGMA"));
+            }
+            _ => {
+                let row = app
+                    .db
+                    .query_one_raw(sea_orm::Statement::from_string(
+                        backend,
+                        "SELECT current_schema() AS s",
+                    ))
+                    .await
+                    .expect("schema")
+                    .expect("row");
+                let data_schema: String = row.try_get("", "s").expect("schema name");
+                statements.push((
+                    format!("SELECT * FROM \"{data_schema}\".customers"),
+                    "permission denied",
+                ));
+                statements.push((
+                    format!("SELECT * FROM \"{data_schema}\".query_sessions"),
+                    "permission denied",
+                ));
+                statements.push((format!("SELECT query_to_xml('SELECT * FROM \"{data_schema}\".customers', true, true, '')"), "permission denied"));
+                statements.push(("SELECT * FROM public.customers".into(), ""));
+                statements.push(("SELECT set_config('role', 'postgres', true)".into(), ""));
+                statements.push(("SET ROLE postgres".into(), ""));
+            }
+        }
+        for (statement, needle) in &statements {
+            let message = refused(
+                sql(&app, &s.org, json!({ "sql": statement })).await,
+                statement,
+            );
+            assert!(message.contains(needle), "`{statement}`: {message}");
+        }
+        // Nothing changed.
+        let count = sql(
+            &app,
+            &s.org,
+            json!({ "sql": "SELECT count(*) FROM customers" }),
+        )
+        .await
+        .expect("query");
+        assert_eq!(count["rows"], json!([[2]]));
+        assert_eq!(
+            customer::Entity::find()
+                .all(&app.db)
+                .await
+                .expect("customers")
+                .len(),
+            3
+        );
+
+        // The time limit stops a runaway statement.
+        let started = std::time::Instant::now();
+        let endless = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n";
+        let message = refused(sql(&app, &s.org, json!({ "sql": endless })).await, endless);
+        assert!(message.contains("time limit"), "{message}");
+        assert!(
+            started.elapsed() < Duration::from_secs(9),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+);

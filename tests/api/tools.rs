@@ -1,0 +1,956 @@
+//! The tool gateway: `POST /api/tools/call` with each tool of this branch, `GET /api/tools`,
+//! input validation, tenant isolation and the plan allowance.
+
+use chrono::{Duration, Utc};
+use custintel::import;
+use reqwest::{Method, StatusCode};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use serde_json::{json, Value};
+
+use crate::{
+    db_test,
+    helpers::{Reply, TestApp},
+    snap,
+};
+
+const CALL: &str = "/api/tools/call";
+
+pub async fn tool(app: &TestApp, key: &str, name: &str, input: Value) -> Reply {
+    app.post(
+        CALL,
+        CALL,
+        key,
+        Some(json!({ "tool": name, "input": input })),
+    )
+    .await
+}
+
+/// The `field` of every item of a list result.
+pub fn field(r: &Reply, name: &str) -> Vec<String> {
+    r.body["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no items: {}", r.body))
+        .iter()
+        .map(|i| match &i[name] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+fn ago(days: i64) -> String {
+    (Utc::now() - Duration::days(days)).to_rfc3339()
+}
+
+/// A small book of business, loaded through the import path.
+pub fn seed_lines() -> String {
+    let long_body = format!(
+        "Ada: we want forty more seats before the new quarter. {}",
+        "Sam walked through the rollout plan, the security review and the pricing. ".repeat(6)
+    );
+    let lines = vec![
+        json!({"kind":"customer","name":"Acme","domain":"acme.com","externalId":"cus_1","billingStatus":"PAYING","mrrCents":49900,"traits":{"plan":"pro","region":"EU"},"lastActivityAt":ago(1)}),
+        json!({"kind":"customer","name":"Globex","domain":"globex.com","externalId":"cus_2","billingStatus":"TRIALING","mrrCents":0,"traits":{"plan":"trial","region":"NA"},"lastActivityAt":ago(5)}),
+        json!({"kind":"customer","name":"Initech","domain":"initech.com","externalId":"cus_3","billingStatus":"CHURNED","mrrCents":0,"traits":{"plan":"pro","region":"NA"},"lastActivityAt":ago(90)}),
+        json!({"kind":"customer","name":"Umbrella Corp","domain":"umbrella.io","externalId":"cus_4","billingStatus":"PAYING","mrrCents":150000,"traits":{"plan":"enterprise","region":"EU"}}),
+        json!({"kind":"user","customer":"acme.com","email":"ada@acme.com","externalId":"u_1","name":"Ada Lovelace","stage":"activated","traits":{"role":"admin"},"lastActivityAt":ago(1)}),
+        json!({"kind":"user","customer":"cus_1","email":"bob@acme.com","externalId":"u_2","name":"Bob Stone","stage":"engaged","traits":{"role":"member"},"lastActivityAt":ago(3)}),
+        json!({"kind":"user","customer":"globex.com","email":"cy@globex.com","externalId":"u_3","name":"Cy Young","stage":"signed_up","traits":{},"lastActivityAt":ago(5)}),
+        json!({"kind":"user","customer":"initech.com","email":"dee@initech.com","externalId":"u_4","name":"Dee Park","stage":"inactive","traits":{"role":"admin"},"lastActivityAt":ago(95)}),
+        json!({"kind":"workspace_user","name":"Sam Lee","email":"sam@ourco.com","role":"CSM"}),
+        json!({"kind":"workspace_user","name":"Mia Park","email":"mia@ourco.com","role":"MANAGER"}),
+        json!({"kind":"workspace_user","name":"Owen Hart","email":"owen@ourco.com","role":"ACCOUNT_OWNER"}),
+        json!({"kind":"workspace_user","name":"Ana Ruiz","email":"ana@ourco.com","role":"ADMIN"}),
+        json!({"kind":"source","sourceType":"CALL","sourceId":"call_1","customer":"acme.com","title":"QBR with Acme","body":long_body,"occurredAt":ago(2),"permalink":"https://crm.example.com/calls/1","participants":["ada@acme.com","sam@ourco.com"]}),
+        json!({"kind":"source","sourceType":"EMAIL","sourceId":"email_1","customer":"acme.com","title":"Renewal question","body":"Our renewal is in March.","occurredAt":ago(10),"permalink":null,"participants":["bob@acme.com"]}),
+        json!({"kind":"source","sourceType":"SUPPORT_TICKET","sourceId":"ticket_1","customer":"acme.com","title":"Export fails","body":"Exports time out above 400k rows.","occurredAt":ago(4),"participants":[]}),
+        json!({"kind":"source","sourceType":"crm","sourceId":"opp_1","customer":"acme.com","title":"Expansion: 40 seats","body":"Stage: proposal.","occurredAt":ago(6)}),
+        json!({"kind":"source","sourceType":"CALL","sourceId":"call_2","customer":"globex.com","title":"Kickoff with Globex","body":"They compare us with a competitor.","occurredAt":ago(20)}),
+        json!({"kind":"fact","customer":"acme.com","text":"Acme plans to add 40 seats in Q1","status":"ACTIVE","sourceType":"CALL","sourceId":"call_1","sourceQuote":"we want forty more seats"}),
+        json!({"kind":"fact","customer":"acme.com","text":"Acme renews in March","status":"SUPERSEDED","sourceType":"EMAIL","sourceId":"email_1","sourceQuote":"Our renewal is in March."}),
+        json!({"kind":"fact","customer":"cus_1","text":"Exports time out above 400k rows","sourceType":"SUPPORT_TICKET","sourceId":"ticket_1","sourceQuote":"Exports time out above 400k rows."}),
+        json!({"kind":"fact","customer":"globex.com","text":"Globex evaluates a competitor","status":"ACTIVE","sourceType":"CALL","sourceId":"call_2","sourceQuote":"They compare us with a competitor."}),
+    ];
+    lines
+        .iter()
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Seeds an organization through the import path and adds the tracked events and billing
+/// changes the timeline reads (rows the import format does not carry).
+pub async fn seed(app: &TestApp, org_id: &str) {
+    let report = import::import_text(&app.db, org_id, &seed_lines())
+        .await
+        .expect("import");
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    let acme = entity::customer::Entity::find()
+        .filter(entity::customer::Column::OrganizationId.eq(org_id))
+        .filter(entity::customer::Column::Domain.eq("acme.com"))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .expect("acme");
+    let now = Utc::now();
+    for (days, status, mrr) in [(40, "TRIALING", 0), (25, "PAYING", 49900)] {
+        entity::billing_change::ActiveModel {
+            id: Set(uuid::Uuid::new_v4().to_string()),
+            organization_id: Set(org_id.to_string()),
+            customer_id: Set(acme.id.clone()),
+            at: Set(now - Duration::days(days)),
+            billing_status: Set(status.into()),
+            mrr_cents: Set(mrr),
+            origin: Set("ingest".into()),
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+    }
+    for (hours, event_type, name) in [
+        (30, "pageview", None),
+        (50, "custom", Some("report_created")),
+        (70, "billing", None),
+    ] {
+        entity::event::ActiveModel {
+            id: Set(uuid::Uuid::new_v4().to_string()),
+            organization_id: Set(org_id.to_string()),
+            message_id: Set(None),
+            event_type: Set(event_type.into()),
+            event_name: Set(name.map(str::to_string)),
+            visitor_id: Set(None),
+            user_id: Set(None),
+            customer_id: Set(Some(acme.id.clone())),
+            url: Set("https://app.example.com/reports".into()),
+            path: Set("/reports".into()),
+            occurred_at: Set(now - Duration::hours(hours)),
+            received_at: Set(now - Duration::hours(hours)),
+            data: Set(json!({ "title": "Reports" })),
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+    }
+}
+
+db_test!(tool_list, |app: TestApp| async move {
+    let org = app.org("Tools Inc").await;
+    let r = app.get("/api/tools", "/api/tools", &org.api_key).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let names: Vec<&str> = r.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "svc_list_customers",
+        "svc_list_users",
+        "svc_list_workspace_users",
+        "svc_get_customer",
+        "svc_get_timeline",
+        "svc_list_facts",
+        "svc_get_fact",
+        "svc_get_source",
+        "svc_list_sources",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    for t in r.body["tools"].as_array().unwrap() {
+        assert_eq!(t["inputSchema"]["type"], "object");
+        assert_eq!(t["inputSchema"]["additionalProperties"], false);
+    }
+    snap!("tools_list", r.body);
+
+    let r = app
+        .call(Method::GET, "/api/tools", "/api/tools", None, None)
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+});
+
+db_test!(list_customers, |app: TestApp| async move {
+    let org = app.org("Acme Seller").await;
+    seed(&app, &org.organization_id).await;
+    let k = &org.api_key;
+
+    let r = tool(&app, k, "svc_list_customers", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // Most recently active first; never-active last.
+    assert_eq!(
+        field(&r, "name"),
+        ["Acme", "Globex", "Initech", "Umbrella Corp"]
+    );
+    assert_eq!(r.body["pagination"]["total"], 4);
+    assert_eq!(r.body["pagination"]["hasMore"], false);
+    assert_eq!(r.body["pagination"]["nextCursor"], "");
+    assert!(r.body["items"][3]["lastActivityAt"].is_null());
+    snap!("list_customers", r.body);
+
+    let cases = [
+        (
+            json!({"billingStatus": "PAYING"}),
+            vec!["Acme", "Umbrella Corp"],
+        ),
+        (json!({"activeWithin": "7d"}), vec!["Acme", "Globex"]),
+        (
+            json!({"inactiveFor": "30d"}),
+            vec!["Initech", "Umbrella Corp"],
+        ),
+        (json!({"minMrrCents": 50000}), vec!["Umbrella Corp"]),
+        (
+            json!({"maxMrrCents": 49900}),
+            vec!["Acme", "Globex", "Initech"],
+        ),
+        (json!({"traits": {"plan": "pro"}}), vec!["Acme", "Initech"]),
+        (
+            json!({"traits": {"plan": "pro", "region": "EU"}}),
+            vec!["Acme"],
+        ),
+        (json!({"name": "CORP"}), vec!["Umbrella Corp"]),
+        (json!({"name": "100%"}), vec![]),
+    ];
+    for (input, expected) in cases {
+        let r = tool(&app, k, "svc_list_customers", input.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
+        assert_eq!(field(&r, "name"), expected, "{input}");
+        assert_eq!(r.body["pagination"]["total"], expected.len(), "{input}");
+    }
+
+    // Pages of one, with opaque cursors, cover every customer once; `total` stays.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"limit": 1, "cursor": cursor}),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body["pagination"]["total"], 4);
+        seen.extend(field(&r, "name"));
+        if r.body["pagination"]["hasMore"] == false {
+            assert_eq!(r.body["pagination"]["nextCursor"], "");
+            break;
+        }
+        cursor = r.body["pagination"]["nextCursor"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(!cursor.is_empty());
+    }
+    assert_eq!(seen, ["Acme", "Globex", "Initech", "Umbrella Corp"]);
+
+    // `fields` keeps the asked fields and the identifier.
+    let r = tool(
+        &app,
+        k,
+        "svc_list_customers",
+        json!({"fields": ["name", "mrrCents"], "limit": 2}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let mut keys: Vec<&String> = r.body["items"][0].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["id", "mrrCents", "name"]);
+    snap!("list_customers_fields", r.body);
+
+    // Errors name the offending field.
+    let errors = [
+        (json!({"limit": 1001}), json!(["limit"])),
+        (json!({"limit": 0}), json!(["limit"])),
+        (json!({"limit": "ten"}), json!(["limit"])),
+        (json!({"billingStatus": "RICH"}), json!(["billingStatus"])),
+        (json!({"activeWithin": "a month"}), json!(["activeWithin"])),
+        (json!({"cursor": "not-a-cursor"}), json!(["cursor"])),
+        (json!({"fields": ["name", "secret"]}), json!(["fields", 1])),
+        (json!({"traits": "pro"}), json!(["traits"])),
+        (json!({"colour": "red"}), json!(["colour"])),
+    ];
+    for (input, path) in errors {
+        let r = tool(&app, k, "svc_list_customers", input.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{input}: {}", r.body);
+        assert_eq!(r.body["details"][0]["path"], path, "{input}: {}", r.body);
+    }
+    let r = tool(&app, k, "svc_list_customers", json!({"limit": 1001})).await;
+    snap!("error_limit", r.body);
+    let r = tool(&app, k, "svc_list_customers", json!({"colour": "red"})).await;
+    snap!("error_unknown_property", r.body);
+});
+
+db_test!(list_users_and_workspace_users, |app: TestApp| async move {
+    let org = app.org("Users Inc").await;
+    seed(&app, &org.organization_id).await;
+    let k = &org.api_key;
+
+    let r = tool(&app, k, "svc_list_users", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        field(&r, "email"),
+        [
+            "ada@acme.com",
+            "bob@acme.com",
+            "cy@globex.com",
+            "dee@initech.com"
+        ]
+    );
+    snap!("list_users", r.body);
+    let cases = [
+        (json!({"stage": "engaged"}), vec!["bob@acme.com"]),
+        (
+            json!({"customer": "acme.com"}),
+            vec!["ada@acme.com", "bob@acme.com"],
+        ),
+        (json!({"customer": "cus_2"}), vec!["cy@globex.com"]),
+        (json!({"email": "ADA@Acme.com"}), vec!["ada@acme.com"]),
+        (json!({"name": "stone"}), vec!["bob@acme.com"]),
+        (
+            json!({"traits": {"role": "admin"}}),
+            vec!["ada@acme.com", "dee@initech.com"],
+        ),
+        (json!({"activeWithin": "2d"}), vec!["ada@acme.com"]),
+        (json!({"inactiveFor": "4w"}), vec!["dee@initech.com"]),
+    ];
+    for (input, expected) in cases {
+        let r = tool(&app, k, "svc_list_users", input.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
+        assert_eq!(field(&r, "email"), expected, "{input}");
+    }
+    let r = tool(
+        &app,
+        k,
+        "svc_list_users",
+        json!({"customer": "nowhere.com"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    snap!("error_customer_not_found", r.body);
+    let r = tool(&app, k, "svc_list_users", json!({"stage": "happy"})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["details"][0]["path"], json!(["stage"]));
+
+    let r = tool(&app, k, "svc_list_workspace_users", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        field(&r, "name"),
+        ["Ana Ruiz", "Mia Park", "Owen Hart", "Sam Lee"]
+    );
+    snap!("list_workspace_users", r.body);
+    let r = tool(&app, k, "svc_list_workspace_users", json!({"role": "CSM"})).await;
+    assert_eq!(field(&r, "name"), ["Sam Lee"]);
+    let r = tool(
+        &app,
+        k,
+        "svc_list_workspace_users",
+        json!({"email": "MIA@ourco.com"}),
+    )
+    .await;
+    assert_eq!(field(&r, "name"), ["Mia Park"]);
+    let r = tool(&app, k, "svc_list_workspace_users", json!({"name": "ar"})).await;
+    assert_eq!(field(&r, "name"), ["Mia Park", "Owen Hart"]);
+    let r = tool(&app, k, "svc_list_workspace_users", json!({"limit": 3})).await;
+    assert_eq!(r.body["pagination"]["hasMore"], true);
+    let cursor = r.body["pagination"]["nextCursor"].clone();
+    let r = tool(
+        &app,
+        k,
+        "svc_list_workspace_users",
+        json!({"limit": 3, "cursor": cursor}),
+    )
+    .await;
+    assert_eq!(field(&r, "name"), ["Sam Lee"]);
+    assert_eq!(r.body["pagination"]["total"], 4);
+    let r = tool(&app, k, "svc_list_workspace_users", json!({"role": "CEO"})).await;
+    assert_eq!(r.body["details"][0]["path"], json!(["role"]));
+});
+
+db_test!(get_customer, |app: TestApp| async move {
+    let org = app.org("Detail Inc").await;
+    seed(&app, &org.organization_id).await;
+    let k = &org.api_key;
+
+    let r = tool(&app, k, "svc_get_customer", json!({"customer": "acme.com"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["name"], "Acme");
+    assert!(r.body.get("users").is_none());
+    let id = r.body["id"].as_str().unwrap().to_string();
+    snap!("get_customer", r.body);
+    for reference in [id.as_str(), "cus_1", "ACME.com"] {
+        let r = tool(&app, k, "svc_get_customer", json!({"customer": reference})).await;
+        assert_eq!(r.body["id"], id.as_str(), "{reference}");
+    }
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_customer",
+        json!({"customer": "acme.com", "include": ["users", "revenue", "recentTimeline", "facts", "sources"]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["users"].as_array().unwrap().len(), 2);
+    assert_eq!(r.body["revenue"]["mrrCents"], 49900);
+    assert_eq!(r.body["revenue"]["history"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        r.body["facts"].as_array().unwrap().len(),
+        2,
+        "active facts only"
+    );
+    assert_eq!(r.body["sources"].as_array().unwrap().len(), 4);
+    let timeline = r.body["recentTimeline"].as_array().unwrap();
+    let ats: Vec<&str> = timeline.iter().map(|e| e["at"].as_str().unwrap()).collect();
+    let mut sorted = ats.clone();
+    sorted.sort();
+    assert_eq!(ats, sorted, "oldest first");
+    // 30 days: both billing changes older than 30 days? one (25 days) is in.
+    assert!(timeline.iter().any(|e| e["channel"] == "billing"));
+    snap!("get_customer_all_includes", r.body);
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_customer",
+        json!({"customer": "nowhere.com"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = tool(&app, k, "svc_get_customer", json!({})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["details"][0]["path"], json!(["customer"]));
+    snap!("error_required", r.body);
+    let r = tool(
+        &app,
+        k,
+        "svc_get_customer",
+        json!({"customer": "acme.com", "include": ["users", "invoices"]}),
+    )
+    .await;
+    assert_eq!(r.body["details"][0]["path"], json!(["include", 1]));
+    let r = tool(
+        &app,
+        k,
+        "svc_get_customer",
+        json!({"customer": "acme.com", "timeframe": "30 days"}),
+    )
+    .await;
+    assert_eq!(r.body["details"][0]["path"], json!(["timeframe"]));
+});
+
+db_test!(get_timeline, |app: TestApp| async move {
+    let org = app.org("Timeline Inc").await;
+    seed(&app, &org.organization_id).await;
+    let k = &org.api_key;
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "timeframe": "60d"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let kinds = field(&r, "kind");
+    // 2 billing changes, 4 sources, 2 events (the billing event is shown as its change).
+    assert_eq!(r.body["pagination"]["total"], 8, "{kinds:?}");
+    assert!(!kinds.contains(&"billing".to_string()));
+    let ats = field(&r, "at");
+    let mut sorted = ats.clone();
+    sorted.sort();
+    assert_eq!(ats, sorted);
+    snap!("get_timeline", r.body);
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "timeframe": "60d", "channels": ["support", "conversation"]}),
+    )
+    .await;
+    assert_eq!(field(&r, "kind"), ["email", "support_ticket", "call"]);
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "timeframe": "60d", "channels": ["billing"]}),
+    )
+    .await;
+    assert_eq!(
+        field(&r, "kind"),
+        ["billing_change", "billing_change", "opportunity"]
+    );
+    assert_eq!(
+        r.body["items"][2]["ref"],
+        json!({"type": "OPPORTUNITY", "id": "opp_1"})
+    );
+
+    // Default 30 days leaves out the change 40 days ago.
+    let r = tool(&app, k, "svc_get_timeline", json!({"customer": "acme.com"})).await;
+    assert_eq!(r.body["pagination"]["total"], 7);
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "after": ago(5), "before": ago(1)}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        field(&r, "kind"),
+        ["support_ticket", "custom", "call", "pageview"]
+    );
+
+    // Pages of three cover all eight in order.
+    let mut all = Vec::new();
+    let mut cursor = Value::String(String::new());
+    loop {
+        let r = tool(
+            &app,
+            k,
+            "svc_get_timeline",
+            json!({"customer": "cus_1", "timeframe": "60d", "limit": 3, "cursor": cursor}),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        all.extend(field(&r, "at"));
+        if r.body["pagination"]["hasMore"] == false {
+            break;
+        }
+        cursor = r.body["pagination"]["nextCursor"].clone();
+    }
+    assert_eq!(all, ats);
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "timeframe": "7d", "after": ago(3)}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["details"][0]["path"], json!(["timeframe"]));
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "after": "yesterday"}),
+    )
+    .await;
+    assert_eq!(r.body["details"][0]["path"], json!(["after"]));
+    let r = tool(
+        &app,
+        k,
+        "svc_get_timeline",
+        json!({"customer": "acme.com", "channels": ["sales"]}),
+    )
+    .await;
+    assert_eq!(r.body["details"][0]["path"], json!(["channels", 0]));
+});
+
+db_test!(facts_and_sources, |app: TestApp| async move {
+    let org = app.org("Facts Inc").await;
+    seed(&app, &org.organization_id).await;
+    let k = &org.api_key;
+
+    let r = tool(&app, k, "svc_list_facts", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        field(&r, "text"),
+        [
+            "Acme plans to add 40 seats in Q1",
+            "Exports time out above 400k rows",
+            "Globex evaluates a competitor"
+        ]
+    );
+    assert_eq!(
+        r.body["items"][0]["permalink"],
+        "https://crm.example.com/calls/1"
+    );
+    snap!("list_facts", r.body);
+    let cases = [
+        (
+            json!({"status": ["SUPERSEDED"]}),
+            vec!["Acme renews in March"],
+        ),
+        (
+            json!({"status": ["ACTIVE", "SUPERSEDED"], "customer": "globex.com"}),
+            vec!["Globex evaluates a competitor"],
+        ),
+        (
+            json!({"sourceTypes": [" call "]}),
+            vec![
+                "Acme plans to add 40 seats in Q1",
+                "Globex evaluates a competitor",
+            ],
+        ),
+        (
+            json!({"sourceTypes": ["support_ticket"], "customer": "cus_1"}),
+            vec!["Exports time out above 400k rows"],
+        ),
+        (
+            json!({"after": ago(3)}),
+            vec!["Acme plans to add 40 seats in Q1"],
+        ),
+    ];
+    for (input, expected) in cases {
+        let r = tool(&app, k, "svc_list_facts", input.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
+        assert_eq!(field(&r, "text"), expected, "{input}");
+    }
+    let r = tool(
+        &app,
+        k,
+        "svc_list_facts",
+        json!({"sourceTypes": ["CALL", "VOICEMAIL"]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["details"][0]["path"], json!(["sourceTypes", 1]));
+    let r = tool(&app, k, "svc_list_facts", json!({"status": ["MAYBE"]})).await;
+    assert_eq!(r.body["details"][0]["path"], json!(["status", 0]));
+    let r = tool(&app, k, "svc_list_facts", json!({"limit": 1})).await;
+    let first = field(&r, "id");
+    let r2 = tool(
+        &app,
+        k,
+        "svc_list_facts",
+        json!({"limit": 2, "cursor": r.body["pagination"]["nextCursor"]}),
+    )
+    .await;
+    assert_eq!(r2.body["pagination"]["hasMore"], false);
+    assert_eq!(field(&r2, "id").len(), 2);
+    assert!(!field(&r2, "id").contains(&first[0]));
+
+    let fact_id = first[0].clone();
+    let r = tool(&app, k, "svc_get_fact", json!({"factId": fact_id})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["sourceQuote"], "we want forty more seats");
+    snap!("get_fact", r.body);
+    let r = tool(&app, k, "svc_get_fact", json!({"factId": "f_missing"})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    snap!("error_fact_not_found", r.body);
+
+    let r = tool(&app, k, "svc_list_sources", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        field(&r, "sourceId"),
+        ["call_1", "ticket_1", "opp_1", "email_1", "call_2"]
+    );
+    let snippet = r.body["items"][0]["snippet"].as_str().unwrap();
+    assert!(snippet.chars().count() <= 280 && snippet.ends_with('…'));
+    assert!(r.body["items"][0].get("body").is_none());
+    snap!("list_sources", r.body);
+    let cases = [
+        (json!({"sourceTypes": ["CRM_OPPORTUNITY"]}), vec!["opp_1"]),
+        (json!({"customer": "globex.com"}), vec!["call_2"]),
+        (json!({"after": ago(5), "before": ago(3)}), vec!["ticket_1"]),
+        (json!({"fields": ["title"], "limit": 1}), vec!["call_1"]),
+    ];
+    for (input, expected) in cases {
+        let r = tool(&app, k, "svc_list_sources", input.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
+        assert_eq!(field(&r, "sourceId"), expected, "{input}");
+    }
+    let r = tool(
+        &app,
+        k,
+        "svc_list_sources",
+        json!({"fields": ["title"], "limit": 1}),
+    )
+    .await;
+    let mut keys: Vec<&String> = r.body["items"][0].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["sourceId", "sourceType", "title"]);
+
+    let r = tool(
+        &app,
+        k,
+        "svc_get_source",
+        json!({"sourceType": "crm", "sourceId": "opp_1"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["sourceType"], "OPPORTUNITY");
+    assert_eq!(r.body["participants"], json!([]));
+    let r = tool(
+        &app,
+        k,
+        "svc_get_source",
+        json!({"sourceType": "CALL", "sourceId": "call_1"}),
+    )
+    .await;
+    assert!(r.body["body"].as_str().unwrap().len() > 280);
+    snap!("get_source", r.body);
+    // The pair must match: an existing id under another type is not found.
+    let r = tool(
+        &app,
+        k,
+        "svc_get_source",
+        json!({"sourceType": "EMAIL", "sourceId": "call_1"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = tool(
+        &app,
+        k,
+        "svc_get_source",
+        json!({"sourceType": "FAX", "sourceId": "call_1"}),
+    )
+    .await;
+    assert_eq!(r.body["details"][0]["path"], json!(["sourceType"]));
+});
+
+db_test!(other_tenants_are_invisible, |app: TestApp| async move {
+    let a = app.org("Tenant A").await;
+    let b = app.org("Tenant B").await;
+    seed(&app, &a.organization_id).await;
+    let fact_id = {
+        let r = tool(&app, &a.api_key, "svc_list_facts", json!({"limit": 1})).await;
+        field(&r, "id")[0].clone()
+    };
+    let k = &b.api_key;
+    for name in [
+        "svc_list_customers",
+        "svc_list_users",
+        "svc_list_workspace_users",
+        "svc_list_facts",
+        "svc_list_sources",
+    ] {
+        let r = tool(&app, k, name, json!({})).await;
+        assert_eq!(r.status, StatusCode::OK, "{name}");
+        assert_eq!(r.body["items"], json!([]), "{name}");
+        assert_eq!(r.body["pagination"]["total"], 0, "{name}");
+    }
+    for (name, input) in [
+        ("svc_get_customer", json!({"customer": "acme.com"})),
+        ("svc_get_customer", json!({"customer": "cus_1"})),
+        ("svc_get_timeline", json!({"customer": "acme.com"})),
+        ("svc_list_users", json!({"customer": "acme.com"})),
+        ("svc_get_fact", json!({"factId": fact_id})),
+        (
+            "svc_get_source",
+            json!({"sourceType": "CALL", "sourceId": "call_1"}),
+        ),
+    ] {
+        let r = tool(&app, k, name, input.clone()).await;
+        assert_eq!(
+            r.status,
+            StatusCode::NOT_FOUND,
+            "{name} {input}: {}",
+            r.body
+        );
+    }
+});
+
+db_test!(call_errors, |app: TestApp| async move {
+    let org = app.org("Errors Inc").await;
+    let k = &org.api_key;
+    let r = app
+        .raw(
+            Method::POST,
+            CALL,
+            k,
+            Some("application/json"),
+            "{\"tool\": ",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body["details"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("JSON"));
+    crate::helpers::check_schema("POST", CALL, 400, &r.body);
+    snap!("error_invalid_json", r.body);
+
+    let r = app
+        .post(CALL, CALL, k, Some(json!({"tool": "svc_drop_tables"})))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["details"][0]["path"], json!(["tool"]));
+    snap!("error_unknown_tool", r.body);
+
+    let r = app.post(CALL, CALL, k, Some(json!({"input": {}}))).await;
+    assert_eq!(r.body["details"][0]["path"], json!(["tool"]));
+    let r = app
+        .post(
+            CALL,
+            CALL,
+            k,
+            Some(json!({"tool": "svc_list_customers", "input": [1]})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["details"][0]["path"], json!(["input"]));
+    // `input` defaults to `{}`.
+    let r = app
+        .post(CALL, CALL, k, Some(json!({"tool": "svc_list_customers"})))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+
+    let r = app
+        .call(
+            Method::POST,
+            CALL,
+            CALL,
+            None,
+            Some(json!({"tool": "svc_list_customers"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    snap!("error_missing_key", r.body);
+    let r = app
+        .call(
+            Method::POST,
+            CALL,
+            CALL,
+            Some("ok_not_a_key"),
+            Some(json!({"tool": "svc_list_customers"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+});
+
+db_test!(allowance, |app: TestApp| async move {
+    let org = custintel::admin::create_org(
+        &app.db,
+        custintel::admin::NewOrganization {
+            name: "Small Plan".into(),
+            plan: custintel::admin::Plan::Free,
+            api_call_limit: Some(3),
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    let k = &org.api_key;
+    // Refused before the tool runs: not counted.
+    let r = tool(&app, k, "svc_list_customers", json!({"limit": 5000})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    for _ in 0..2 {
+        let r = tool(&app, k, "svc_list_customers", json!({})).await;
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    // A lookup that finds nothing ran the tool: counted.
+    let r = tool(&app, k, "svc_get_fact", json!({"factId": "nope"})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = tool(&app, k, "svc_list_customers", json!({})).await;
+    assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED, "{}", r.body);
+    assert_eq!(r.body["code"], "api_limit_exceeded");
+    assert_eq!(r.body["plan"], "free");
+    assert_eq!(r.body["feature"], "api_calls");
+    let reset_at = r.body["resetAt"].as_i64().unwrap();
+    let expected = custintel::tools::allowance::next_cycle_start_ms(Utc::now());
+    assert_eq!(reset_at, expected);
+    assert!(reset_at > Utc::now().timestamp_millis());
+    snap!("error_limit_exceeded", r.body);
+
+    // The count lives in the database: a new server on the same database still refuses.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let state = app.state.clone();
+    tokio::spawn(async move {
+        custintel::server::serve(state, "127.0.0.1:0", move |addr| {
+            let _ = tx.send(addr);
+        })
+        .await
+    });
+    let addr = rx.await.unwrap();
+    let resp = app
+        .client
+        .post(format!("http://{addr}{CALL}"))
+        .bearer_auth(k)
+        .json(&json!({"tool": "svc_list_customers"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
+    let usage = entity::api_usage::Entity::find()
+        .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(usage.calls, 3);
+    assert_eq!(
+        usage.cycle,
+        custintel::tools::allowance::cycle_of(Utc::now())
+    );
+});
+
+db_test!(allowance_under_concurrency, |app: TestApp| async move {
+    let org = custintel::admin::create_org(
+        &app.db,
+        custintel::admin::NewOrganization {
+            name: "Busy".into(),
+            plan: custintel::admin::Plan::Pro,
+            api_call_limit: Some(5),
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec![],
+        },
+    )
+    .await
+    .unwrap();
+    let calls = (0..12).map(|_| {
+        let client = app.client.clone();
+        let url = format!("{}{CALL}", app.base);
+        let key = org.api_key.clone();
+        async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"tool": "svc_list_workspace_users"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    let statuses = futures_join_all(calls).await;
+    let mut ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::PAYMENT_REQUIRED)
+        .count();
+    assert!(ok <= 5, "the burst overshot the allowance: {statuses:?}");
+    // SQLite's pool can fail to open extra connections under a burst (500, nothing counted);
+    // the calls that failed that way are retried one by one until the allowance ends.
+    let mut status = StatusCode::OK;
+    let mut retries = 0;
+    while status != StatusCode::PAYMENT_REQUIRED && retries < 20 {
+        let r = tool(&app, &org.api_key, "svc_list_workspace_users", json!({})).await;
+        status = r.status;
+        if status == StatusCode::OK {
+            ok += 1;
+        }
+        retries += 1;
+    }
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        ok, 5,
+        "exactly the allowance succeeded ({limited} refused in the burst)"
+    );
+    let usage = entity::api_usage::Entity::find()
+        .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(usage.calls, 5);
+});
+
+/// Runs futures concurrently on the runtime and collects their outputs in order.
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
