@@ -3,6 +3,7 @@
 mod fake_stripe;
 mod helpers;
 
+mod browser;
 mod cli;
 mod cli_client;
 mod contract;
