@@ -350,15 +350,44 @@ fn cases(s: &Sample) -> Vec<Case> {
             input: json!({ "sourceType": "CALL", "sourceId": "src_5" }),
         },
     ];
-    cases.extend(other_branch_cases(s));
+    cases.extend(search_and_query_cases(s));
     cases
 }
 
-/// Hook for the tools built on other branches: after merging, add here a
-/// `svc_search_customer_context` case and a grouped aggregate `svc_query` case (e.g.
-/// `SELECT billing_status, count(*), sum(mrr_cents) FROM customers GROUP BY billing_status`).
-fn other_branch_cases(_s: &Sample) -> Vec<Case> {
-    Vec::new()
+/// Full-text search over every source and fact, and grouped aggregates through svc_query.
+fn search_and_query_cases(s: &Sample) -> Vec<Case> {
+    vec![
+        Case {
+            label: "search all customers".into(),
+            tool: "svc_search_customer_context",
+            input: json!({ "query": "renewal pricing concerns", "topK": 10 }),
+        },
+        Case {
+            label: "search one customer, calls+emails".into(),
+            tool: "svc_search_customer_context",
+            input: json!({
+                "query": "security review",
+                "customer": s.domains[0],
+                "sourceTypes": ["CALL", "EMAIL"],
+            }),
+        },
+        Case {
+            label: "query customers grouped by billing status".into(),
+            tool: "svc_query",
+            input: json!({
+                "sql": "SELECT billing_status, count(*) AS customers, sum(mrr_cents) AS mrr \
+                        FROM customers GROUP BY billing_status ORDER BY mrr DESC",
+            }),
+        },
+        Case {
+            label: "query events grouped by type".into(),
+            tool: "svc_query",
+            input: json!({
+                "sql": "SELECT type, count(*) AS events FROM events \
+                        GROUP BY type ORDER BY events DESC",
+            }),
+        },
+    ]
 }
 
 fn percentile(sorted: &[StdDuration], p: f64) -> StdDuration {
