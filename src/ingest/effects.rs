@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Duration, Utc};
 use entity::{billing_change, customer, engagement_session, user, visitor};
 use sea_orm::{
-    sea_query::Expr, ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, Set,
+    sea_query::{CaseStatement, Expr, OnConflict, SimpleExpr},
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
+    QueryFilter, QueryOrder, Set,
 };
 use serde_json::{Map, Value};
 
@@ -36,7 +37,6 @@ struct UserLink {
 #[derive(Debug, Clone)]
 struct VisitorState {
     row: visitor::Model,
-    new: bool,
     dirty: bool,
 }
 
@@ -44,7 +44,6 @@ struct VisitorState {
 #[derive(Debug, Clone)]
 struct SessionState {
     row: engagement_session::Model,
-    new: bool,
     dirty: bool,
 }
 
@@ -58,6 +57,10 @@ struct Group {
     closed_sessions: Vec<SessionState>,
     user_activity: HashMap<String, DateTime<Utc>>,
     customer_activity: HashMap<String, DateTime<Utc>>,
+    /// Keys looked up in bulk at the start of the group: a key here without a row in
+    /// `visitors` / `sessions` is known not to be stored, so no per-event lookup is needed.
+    preloaded_visitors: HashSet<(String, String)>,
+    preloaded_sessions: HashSet<(String, String)>,
 }
 
 /// Writes batches in the caller's transaction; answers, per batch, how many of its events
@@ -68,6 +71,8 @@ pub async fn write_batches<C: ConnectionTrait>(
 ) -> Result<Vec<usize>, DbErr> {
     let mut group = Group::default();
     let seen = stored_message_ids(conn, batches).await?;
+    preload_visitors(conn, &mut group, batches).await?;
+    preload_sessions(conn, &mut group, batches).await?;
     let mut claimed: HashSet<(String, String)> = HashSet::new();
     let mut counts = Vec::with_capacity(batches.len());
     for batch in batches {
@@ -111,6 +116,99 @@ async fn stored_message_ids<C: ConnectionTrait>(
         }
     }
     Ok(seen)
+}
+
+/// Keys per `IN (...)` lookup: well under every backend's bound-parameter limit.
+const LOOKUP_CHUNK: usize = 500;
+
+/// Loads every visitor the group's batches name (their `visitorId`s and attributed
+/// fingerprints) with one query per organization and chunk, instead of one per batch.
+async fn preload_visitors<C: ConnectionTrait>(
+    conn: &C,
+    group: &mut Group,
+    batches: &[&Batch],
+) -> Result<(), DbErr> {
+    let mut by_org: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for batch in batches {
+        let ids = by_org.entry(batch.organization_id.as_str()).or_default();
+        if let Some(v) = &batch.visitor_id {
+            ids.insert(v.as_str());
+        }
+        for event in &batch.events {
+            if let Effect::Attribute {
+                fingerprint: Some(fp),
+                ..
+            } = &event.effect
+            {
+                ids.insert(fp.as_str());
+            }
+        }
+    }
+    for (org, ids) in by_org {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        for chunk in ids.chunks(LOOKUP_CHUNK) {
+            let rows = visitor::Entity::find()
+                .filter(visitor::Column::OrganizationId.eq(org))
+                .filter(visitor::Column::VisitorId.is_in(chunk.iter().copied()))
+                .all(conn)
+                .await?;
+            for row in rows {
+                let key = (row.organization_id.clone(), row.visitor_id.clone());
+                group
+                    .visitors
+                    .insert(key, VisitorState { row, dirty: false });
+            }
+            group
+                .preloaded_visitors
+                .extend(chunk.iter().map(|v| (org.to_string(), v.to_string())));
+        }
+    }
+    Ok(())
+}
+
+/// Loads the latest stored row of every engagement session the group's events name.
+async fn preload_sessions<C: ConnectionTrait>(
+    conn: &C,
+    group: &mut Group,
+    batches: &[&Batch],
+) -> Result<(), DbErr> {
+    let mut by_org: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for batch in batches {
+        for event in &batch.events {
+            if let Effect::Engagement { session_id, .. } = &event.effect {
+                by_org
+                    .entry(batch.organization_id.as_str())
+                    .or_default()
+                    .insert(session_id.as_str());
+            }
+        }
+    }
+    for (org, ids) in by_org {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        for chunk in ids.chunks(LOOKUP_CHUNK) {
+            let rows = engagement_session::Entity::find()
+                .filter(engagement_session::Column::OrganizationId.eq(org))
+                .filter(engagement_session::Column::SessionId.is_in(chunk.iter().copied()))
+                .all(conn)
+                .await?;
+            for row in rows {
+                let key = (row.organization_id.clone(), row.session_id.clone());
+                let newer = group
+                    .sessions
+                    .get(&key)
+                    .is_none_or(|s| row.last_seen_at > s.row.last_seen_at);
+                if newer {
+                    group
+                        .sessions
+                        .insert(key, SessionState { row, dirty: false });
+                }
+            }
+            group
+                .preloaded_sessions
+                .extend(chunk.iter().map(|v| (org.to_string(), v.to_string())));
+        }
+    }
+    Ok(())
 }
 
 async fn apply_batch<C: ConnectionTrait>(
@@ -365,17 +463,17 @@ async fn touch_visitor<C: ConnectionTrait>(
     seen_at: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     if !group.visitors.contains_key(key) {
-        let found = visitor::Entity::find()
-            .filter(visitor::Column::OrganizationId.eq(key.0.as_str()))
-            .filter(visitor::Column::VisitorId.eq(key.1.as_str()))
-            .one(conn)
-            .await?;
+        let found = if group.preloaded_visitors.contains(key) {
+            None
+        } else {
+            visitor::Entity::find()
+                .filter(visitor::Column::OrganizationId.eq(key.0.as_str()))
+                .filter(visitor::Column::VisitorId.eq(key.1.as_str()))
+                .one(conn)
+                .await?
+        };
         let state = match found {
-            Some(row) => VisitorState {
-                row,
-                new: false,
-                dirty: false,
-            },
+            Some(row) => VisitorState { row, dirty: false },
             None => VisitorState {
                 row: visitor::Model {
                     id: uuid::Uuid::new_v4().to_string(),
@@ -386,7 +484,6 @@ async fn touch_visitor<C: ConnectionTrait>(
                     first_seen_at: seen_at,
                     last_seen_at: seen_at,
                 },
-                new: true,
                 dirty: true,
             },
         };
@@ -709,7 +806,7 @@ async fn add_engagement<C: ConnectionTrait>(
     at: DateTime<Utc>,
 ) -> Result<(), DbErr> {
     let key = (org.to_string(), session_id.to_string());
-    if !group.sessions.contains_key(&key) {
+    if !group.sessions.contains_key(&key) && !group.preloaded_sessions.contains(&key) {
         let latest = engagement_session::Entity::find()
             .filter(engagement_session::Column::OrganizationId.eq(org))
             .filter(engagement_session::Column::SessionId.eq(session_id))
@@ -717,14 +814,9 @@ async fn add_engagement<C: ConnectionTrait>(
             .one(conn)
             .await?;
         if let Some(row) = latest {
-            group.sessions.insert(
-                key.clone(),
-                SessionState {
-                    row,
-                    new: false,
-                    dirty: false,
-                },
-            );
+            group
+                .sessions
+                .insert(key.clone(), SessionState { row, dirty: false });
         }
     }
     let continues = group.sessions.get(&key).is_some_and(|s| {
@@ -754,7 +846,6 @@ async fn add_engagement<C: ConnectionTrait>(
             started_at: at,
             last_seen_at: at,
         },
-        new: true,
         dirty: true,
     };
     if let Some(previous) = group.sessions.insert(key, fresh) {
@@ -765,52 +856,98 @@ async fn add_engagement<C: ConnectionTrait>(
     Ok(())
 }
 
-/// Writes what the group accumulated: visitors, sessions, last activity.
+/// Writes what the group accumulated: visitors and sessions with one multi-row upsert per
+/// table, last activity with one conditional UPDATE per table (per chunk).
 async fn flush<C: ConnectionTrait>(conn: &C, group: Group) -> Result<(), DbErr> {
-    for state in group.visitors.into_values().filter(|s| s.dirty) {
-        let active = state.row.into_active_model().reset_all();
-        if state.new {
-            active.insert(conn).await?;
-        } else {
-            active.update(conn).await?;
-        }
+    let visitors: Vec<visitor::ActiveModel> = group
+        .visitors
+        .into_values()
+        .filter(|s| s.dirty)
+        .map(|s| s.row.into_active_model().reset_all())
+        .collect();
+    for chunk in visitors.chunks(UPSERT_CHUNK) {
+        use visitor::Column as V;
+        visitor::Entity::insert_many(chunk.to_vec())
+            .on_conflict(
+                OnConflict::column(V::Id)
+                    .update_columns([V::UserId, V::CustomerId, V::FirstSeenAt, V::LastSeenAt])
+                    .to_owned(),
+            )
+            .exec_without_returning(conn)
+            .await?;
     }
-    for state in group
+    let sessions: Vec<engagement_session::ActiveModel> = group
         .sessions
         .into_values()
         .chain(group.closed_sessions)
         .filter(|s| s.dirty)
-    {
-        let active = state.row.into_active_model().reset_all();
-        if state.new {
-            active.insert(conn).await?;
-        } else {
-            active.update(conn).await?;
-        }
-    }
-    for (id, at) in group.user_activity {
-        user::Entity::update_many()
-            .col_expr(user::Column::LastActivityAt, Expr::value(at))
-            .filter(user::Column::Id.eq(id))
-            .filter(
-                Condition::any()
-                    .add(user::Column::LastActivityAt.is_null())
-                    .add(user::Column::LastActivityAt.lt(at)),
+        .map(|s| s.row.into_active_model().reset_all())
+        .collect();
+    for chunk in sessions.chunks(UPSERT_CHUNK) {
+        use engagement_session::Column as S;
+        engagement_session::Entity::insert_many(chunk.to_vec())
+            .on_conflict(
+                OnConflict::column(S::Id)
+                    .update_columns([
+                        S::VisitorId,
+                        S::ActiveTimeMs,
+                        S::TotalTimeMs,
+                        S::StartedAt,
+                        S::LastSeenAt,
+                    ])
+                    .to_owned(),
             )
+            .exec_without_returning(conn)
+            .await?;
+    }
+    let users: Vec<(String, DateTime<Utc>)> = group.user_activity.into_iter().collect();
+    for chunk in users.chunks(UPSERT_CHUNK) {
+        user::Entity::update_many()
+            .col_expr(
+                user::Column::LastActivityAt,
+                latest_activity(user::Column::Id, user::Column::LastActivityAt, chunk),
+            )
+            .filter(user::Column::Id.is_in(chunk.iter().map(|(id, _)| id.clone())))
             .exec(conn)
             .await?;
     }
-    for (id, at) in group.customer_activity {
+    let customers: Vec<(String, DateTime<Utc>)> = group.customer_activity.into_iter().collect();
+    for chunk in customers.chunks(UPSERT_CHUNK) {
         customer::Entity::update_many()
-            .col_expr(customer::Column::LastActivityAt, Expr::value(at))
-            .filter(customer::Column::Id.eq(id))
-            .filter(
-                Condition::any()
-                    .add(customer::Column::LastActivityAt.is_null())
-                    .add(customer::Column::LastActivityAt.lt(at)),
+            .col_expr(
+                customer::Column::LastActivityAt,
+                latest_activity(
+                    customer::Column::Id,
+                    customer::Column::LastActivityAt,
+                    chunk,
+                ),
             )
+            .filter(customer::Column::Id.is_in(chunk.iter().map(|(id, _)| id.clone())))
             .exec(conn)
             .await?;
     }
     Ok(())
+}
+
+/// Rows per multi-row upsert or CASE update: 8 columns x 200 rows stays far below the
+/// backends' bound-parameter limits.
+const UPSERT_CHUNK: usize = 200;
+
+/// `CASE WHEN id = ? AND (last IS NULL OR last < ?) THEN ? ... ELSE last END`: each row's last
+/// activity moves forward to its new time, never back.
+fn latest_activity<I: ColumnTrait, L: ColumnTrait>(
+    id: I,
+    last: L,
+    times: &[(String, DateTime<Utc>)],
+) -> SimpleExpr {
+    let mut case = CaseStatement::new();
+    for (row_id, at) in times {
+        case = case.case(
+            Condition::all()
+                .add(id.eq(row_id.as_str()))
+                .add(Condition::any().add(last.is_null()).add(last.lt(*at))),
+            Expr::value(*at),
+        );
+    }
+    case.finally(Expr::col(last)).into()
 }
