@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use entity::customer;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    common::{normalize_source_type, SOURCE_TYPES},
+    common::{normalize_source_type, resolve_customer, SOURCE_TYPES},
     ToolContext, ToolError, ToolResult,
 };
 use crate::{
@@ -57,32 +55,6 @@ from them. Results are ranked by relevance (BM25), best first, one per artifact:
 `sourceType`/`sourceId` its provenance), each with a score and its best-matching passages. \
 Narrow by `customer`, `sourceTypes` and `after`; `topK` sets the number of results. Use \
 svc_get_source or svc_get_fact to read a result in full.";
-
-/// The organization's customer named by id, else domain, else external id. (Same rule as the
-/// gateway's shared `resolve_customer`.)
-async fn resolve_customer(ctx: &ToolContext, reference: &str) -> ToolResult<customer::Model> {
-    let reference = reference.trim();
-    let in_org = || {
-        customer::Entity::find()
-            .filter(customer::Column::OrganizationId.eq(ctx.organization_id.as_str()))
-    };
-    for column in [
-        customer::Column::Id,
-        customer::Column::Domain,
-        customer::Column::ExternalId,
-    ] {
-        if let Some(found) = in_org()
-            .filter(column.eq(reference))
-            .one(&ctx.state.db)
-            .await?
-        {
-            return Ok(found);
-        }
-    }
-    Err(ToolError::NotFound(format!(
-        "no customer with id, domain or externalId `{reference}`"
-    )))
-}
 
 /// The filter the input asks for, or every problem with it.
 /// The query text, canonical source types, `after` and `topK` of a valid input.

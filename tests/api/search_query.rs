@@ -339,7 +339,7 @@ db_test!(search_ranks_groups_and_filters, |app: TestApp| async move {
     assert_eq!(fact["sourceId"], "call_1");
 
     // customer (by domain, external id or id), sourceTypes (normalized), after, topK.
-    for reference in ["acme.com", "ext_acme.com", s.acme.as_str()] {
+    for reference in ["acme.com", " ACME.com ", "ext_acme.com", s.acme.as_str()] {
         let only_acme = search_for(
             &app,
             &s.org,
@@ -419,6 +419,10 @@ db_test!(search_ranks_groups_and_filters, |app: TestApp| async move {
     .await
     .expect_err("unknown customer");
     assert!(matches!(missing, ToolError::NotFound(_)), "{missing:?}");
+    let blank = search_for(&app, &s.org, json!({ "query": "pricing", "customer": " " }))
+        .await
+        .expect_err("blank customer");
+    assert_eq!(invalid_paths(blank), vec![r#"["customer"]"#]);
 
     // Tenant isolation: another organization's words and customers are never found.
     let theirs = search_for(&app, &s.org, json!({ "query": "zyzzyva" }))
