@@ -92,7 +92,8 @@ pub async fn write_batches<C: ConnectionTrait>(
             .collect();
         apply_batch(conn, &mut group, batch, &fresh).await?;
     }
-    store::insert_events(conn, &group.rows).await?;
+    let rows = std::mem::take(&mut group.rows);
+    store::insert_events(conn, rows).await?;
     flush(conn, group).await?;
     Ok(counts)
 }
@@ -430,7 +431,7 @@ async fn apply_batch<C: ConnectionTrait>(
             bump(&mut group.customer_activity, c, event.occurred_at);
         }
         group.rows.push(EventRow {
-            id: uuid::Uuid::new_v4().to_string(),
+            id: store::time_ordered_id(),
             organization_id: org.to_string(),
             message_id: event.message_id.clone(),
             event_type: event.event_type.to_string(),
