@@ -29,6 +29,9 @@ pub struct ToolsBenchArgs {
     /// Timed calls per case (after 20 warm-up calls).
     #[arg(long, default_value_t = 300)]
     pub iterations: usize,
+    /// Keep the generated database (its path is printed) to inspect query plans afterwards.
+    #[arg(long)]
+    pub keep_database: bool,
 }
 
 /// One measured call: a label, the tool and its input.
@@ -404,7 +407,11 @@ pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let url = format!("sqlite://{}?mode=rwc", dir.join("bench.db").display());
     let result = run(&url, &args).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    if args.keep_database {
+        eprintln!("bench: database kept at {}", dir.join("bench.db").display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     result
 }
 

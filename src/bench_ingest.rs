@@ -310,7 +310,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let url = format!("http://{addr}/api/i/v1/{}/events", org.public_key);
 
     // Memory over time, sampled once a second for the whole run.
-    let samples = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
+    // Total RSS includes the SQLite file pages mapped by `mmap_size` (page cache, shared with
+    // the OS); anonymous RSS is the process's own memory, the figure that must stay flat.
+    let samples = Arc::new(Mutex::new(Vec::<(u64, u64, u64)>::new()));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
         let (samples, sampling) = (samples.clone(), sampling.clone());
@@ -318,7 +320,11 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
             let t0 = Instant::now();
             while sampling.load(Ordering::Relaxed) {
                 if let Ok(mut s) = samples.lock() {
-                    s.push((t0.elapsed().as_secs(), rss_kib("VmRSS:")));
+                    s.push((
+                        t0.elapsed().as_secs(),
+                        rss_kib("VmRSS:"),
+                        rss_kib("RssAnon:"),
+                    ));
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -377,9 +383,11 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let series: Vec<String> = samples
         .iter()
-        .map(|(t, kib)| format!("{t}s:{}MiB", kib / 1024))
+        .map(|(t, total, anon)| format!("{t}s:{}/{}MiB", total / 1024, anon / 1024))
         .collect();
-    println!("RSS over time: {}", series.join(" "));
+    println!("RSS over time (total/anonymous): {}", series.join(" "));
+    let peak_anon = samples.iter().map(|(_, _, anon)| *anon).max().unwrap_or(0);
+    println!("peak anonymous RSS: {} MiB", peak_anon / 1024);
     println!(
         "peak RSS (VmHWM, server and load generator in one process): {} MiB",
         rss_kib("VmHWM:") / 1024

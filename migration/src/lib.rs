@@ -6,6 +6,7 @@ mod m20261122_000020_tool_gateway_indexes;
 mod m20261122_000401_query_sessions;
 mod m20261122_000501_integration_connection_unique;
 mod m20261122_010000_engagement_session_restarts;
+mod m20261122_020000_fact_source_type_index;
 
 pub struct Migrator;
 
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000401_query_sessions::Migration),
             Box::new(m20261122_000501_integration_connection_unique::Migration),
             Box::new(m20261122_010000_engagement_session_restarts::Migration),
+            Box::new(m20261122_020000_fact_source_type_index::Migration),
         ]
     }
 }
