@@ -5,7 +5,7 @@ use std::time::Duration;
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
     sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
+    ConnectOptions, Database, DatabaseConnection,
 };
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
@@ -52,12 +52,5 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
 /// Applies pending migrations.
 pub async fn migrate(db: &DatabaseConnection) -> anyhow::Result<()> {
     Migrator::up(db, None).await?;
-    if db.get_database_backend() == DbBackend::Sqlite {
-        // The query planner picks between the list indexes by table statistics; SQLite has
-        // none until ANALYZE runs. `optimize` with 0x10002 gathers them (on a bounded sample)
-        // for tables that need them, cheaply enough for every start. PostgreSQL's autovacuum
-        // keeps its own.
-        db.execute_unprepared("PRAGMA optimize = 0x10002").await?;
-    }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod m20261122_000401_query_sessions;
 mod m20261122_000501_integration_connection_unique;
 mod m20261122_010000_engagement_session_restarts;
 mod m20261122_020000_fact_source_type_index;
+mod m20261122_020100_customer_name_search;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000501_integration_connection_unique::Migration),
             Box::new(m20261122_010000_engagement_session_restarts::Migration),
             Box::new(m20261122_020000_fact_source_type_index::Migration),
+            Box::new(m20261122_020100_customer_name_search::Migration),
         ]
     }
 }

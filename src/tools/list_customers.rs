@@ -3,8 +3,9 @@
 use chrono::Utc;
 use entity::customer::{Column, Entity};
 use sea_orm::{
-    sea_query::NullOrdering, ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    sea_query::{Expr, NullOrdering, SimpleExpr},
+    ColumnTrait, Condition, DbBackend, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -107,6 +108,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     }
     if let Some(name) = &input.name {
         filter = filter.add(contains_ci(Column::Name, name));
+        if let Some(candidates) = name_index_candidates(ctx, name) {
+            filter = filter.add(candidates);
+        }
     }
     let db = &ctx.state.db;
     let total = req
@@ -134,5 +138,26 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         |c| vec![key_time_opt(&c.last_activity_at), json!(c.id)],
         records::customer,
         input.fields.as_deref().map(|f| (f, CUSTOMER_IDS)),
+    ))
+}
+
+/// On SQLite, `customers.id IN (ids whose name the trigram index matches)`: the lookup then
+/// reads only those customers instead of every customer of the organization. The index may
+/// hold stale names (see the `customer_name_search` migration), so this only narrows the
+/// candidates; the `LIKE` on the real name still decides. `None` where the index cannot help:
+/// PostgreSQL, needles under three characters (trigram lookups need three), and needles with
+/// `LIKE` wildcards or escapes.
+fn name_index_candidates(ctx: &ToolContext, needle: &str) -> Option<SimpleExpr> {
+    if ctx.state.db.get_database_backend() != DbBackend::Sqlite {
+        return None;
+    }
+    let needle = needle.trim().to_lowercase();
+    if needle.chars().count() < 3 || needle.contains(['%', '_', '\\']) {
+        return None;
+    }
+    Some(Expr::cust_with_values(
+        "\"customers\".\"id\" IN \
+         (SELECT customer_id FROM customer_name_search WHERE name LIKE ?)",
+        [format!("%{needle}%")],
     ))
 }

@@ -216,6 +216,37 @@ db_test!(list_customers, |app: TestApp| async move {
         assert_eq!(r.body["pagination"]["total"], expected.len(), "{input}");
     }
 
+    // A renamed customer is found by its new name only (on SQLite the name goes through the
+    // trigram index, which keeps the old name as a stale candidate); short needles scan.
+    entity::customer::Entity::update_many()
+        .col_expr(
+            entity::customer::Column::Name,
+            sea_orm::sea_query::Expr::value("Umbrella Holdings"),
+        )
+        .filter(entity::customer::Column::Name.eq("Umbrella Corp"))
+        .exec(&app.db)
+        .await
+        .unwrap();
+    for (input, expected) in [
+        (json!({"name": "corp"}), vec![]),
+        (json!({"name": " holdings "}), vec!["Umbrella Holdings"]),
+        (json!({"name": "me"}), vec!["Acme"]),
+        (json!({"name": "ni"}), vec!["Initech"]),
+    ] {
+        let r = tool(&app, k, "svc_list_customers", input.clone()).await;
+        assert_eq!(field(&r, "name"), expected, "{input}");
+        assert_eq!(r.body["pagination"]["total"], expected.len(), "{input}");
+    }
+    entity::customer::Entity::update_many()
+        .col_expr(
+            entity::customer::Column::Name,
+            sea_orm::sea_query::Expr::value("Umbrella Corp"),
+        )
+        .filter(entity::customer::Column::Name.eq("Umbrella Holdings"))
+        .exec(&app.db)
+        .await
+        .unwrap();
+
     // Pages of one, with opaque cursors, cover every customer once; `total` stays.
     let mut seen = Vec::new();
     let mut cursor = String::new();
