@@ -122,6 +122,29 @@ async fn stored_message_ids<C: ConnectionTrait>(
 /// Keys per `IN (...)` lookup: well under every backend's bound-parameter limit.
 const LOOKUP_CHUNK: usize = 500;
 
+/// The distinct keys `add` collects from each organization's batches.
+fn keys_by_org<'a>(
+    batches: &[&'a Batch],
+    mut add: impl FnMut(&'a Batch, &mut HashSet<&'a str>),
+) -> HashMap<&'a str, Vec<&'a str>> {
+    let mut by_org: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for batch in batches {
+        add(
+            batch,
+            by_org.entry(batch.organization_id.as_str()).or_default(),
+        );
+    }
+    by_org
+        .into_iter()
+        .map(|(org, ids)| (org, ids.into_iter().collect()))
+        .collect()
+}
+
+/// Records that these keys were looked up in bulk (found or not).
+fn mark_preloaded(preloaded: &mut HashSet<(String, String)>, org: &str, keys: &[&str]) {
+    preloaded.extend(keys.iter().map(|k| (org.to_string(), k.to_string())));
+}
+
 /// Loads every visitor the group's batches name (their `visitorId`s and attributed
 /// fingerprints) with one query per organization and chunk, instead of one per batch.
 async fn preload_visitors<C: ConnectionTrait>(
@@ -129,9 +152,7 @@ async fn preload_visitors<C: ConnectionTrait>(
     group: &mut Group,
     batches: &[&Batch],
 ) -> Result<(), DbErr> {
-    let mut by_org: HashMap<&str, HashSet<&str>> = HashMap::new();
-    for batch in batches {
-        let ids = by_org.entry(batch.organization_id.as_str()).or_default();
+    let by_org = keys_by_org(batches, |batch, ids| {
         if let Some(v) = &batch.visitor_id {
             ids.insert(v.as_str());
         }
@@ -144,9 +165,8 @@ async fn preload_visitors<C: ConnectionTrait>(
                 ids.insert(fp.as_str());
             }
         }
-    }
+    });
     for (org, ids) in by_org {
-        let ids: Vec<&str> = ids.into_iter().collect();
         for chunk in ids.chunks(LOOKUP_CHUNK) {
             let rows = visitor::Entity::find()
                 .filter(visitor::Column::OrganizationId.eq(org))
@@ -159,9 +179,7 @@ async fn preload_visitors<C: ConnectionTrait>(
                     .visitors
                     .insert(key, VisitorState { row, dirty: false });
             }
-            group
-                .preloaded_visitors
-                .extend(chunk.iter().map(|v| (org.to_string(), v.to_string())));
+            mark_preloaded(&mut group.preloaded_visitors, org, chunk);
         }
     }
     Ok(())
@@ -173,19 +191,14 @@ async fn preload_sessions<C: ConnectionTrait>(
     group: &mut Group,
     batches: &[&Batch],
 ) -> Result<(), DbErr> {
-    let mut by_org: HashMap<&str, HashSet<&str>> = HashMap::new();
-    for batch in batches {
+    let by_org = keys_by_org(batches, |batch, ids| {
         for event in &batch.events {
             if let Effect::Engagement { session_id, .. } = &event.effect {
-                by_org
-                    .entry(batch.organization_id.as_str())
-                    .or_default()
-                    .insert(session_id.as_str());
+                ids.insert(session_id.as_str());
             }
         }
-    }
+    });
     for (org, ids) in by_org {
-        let ids: Vec<&str> = ids.into_iter().collect();
         for chunk in ids.chunks(LOOKUP_CHUNK) {
             let rows = engagement_session::Entity::find()
                 .filter(engagement_session::Column::OrganizationId.eq(org))
@@ -204,9 +217,7 @@ async fn preload_sessions<C: ConnectionTrait>(
                         .insert(key, SessionState { row, dirty: false });
                 }
             }
-            group
-                .preloaded_sessions
-                .extend(chunk.iter().map(|v| (org.to_string(), v.to_string())));
+            mark_preloaded(&mut group.preloaded_sessions, org, chunk);
         }
     }
     Ok(())

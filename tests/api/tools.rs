@@ -218,15 +218,16 @@ db_test!(list_customers, |app: TestApp| async move {
 
     // A renamed customer is found by its new name only (on SQLite the name goes through the
     // trigram index, which keeps the old name as a stale candidate); short needles scan.
-    entity::customer::Entity::update_many()
-        .col_expr(
-            entity::customer::Column::Name,
-            sea_orm::sea_query::Expr::value("Umbrella Holdings"),
-        )
-        .filter(entity::customer::Column::Name.eq("Umbrella Corp"))
-        .exec(&app.db)
-        .await
-        .unwrap();
+    let rename = |from: &'static str, to: &'static str| {
+        entity::customer::Entity::update_many()
+            .col_expr(
+                entity::customer::Column::Name,
+                sea_orm::sea_query::Expr::value(to),
+            )
+            .filter(entity::customer::Column::Name.eq(from))
+            .exec(&app.db)
+    };
+    rename("Umbrella Corp", "Umbrella Holdings").await.unwrap();
     for (input, expected) in [
         (json!({"name": "corp"}), vec![]),
         (json!({"name": " holdings "}), vec!["Umbrella Holdings"]),
@@ -237,15 +238,7 @@ db_test!(list_customers, |app: TestApp| async move {
         assert_eq!(field(&r, "name"), expected, "{input}");
         assert_eq!(r.body["pagination"]["total"], expected.len(), "{input}");
     }
-    entity::customer::Entity::update_many()
-        .col_expr(
-            entity::customer::Column::Name,
-            sea_orm::sea_query::Expr::value("Umbrella Corp"),
-        )
-        .filter(entity::customer::Column::Name.eq("Umbrella Holdings"))
-        .exec(&app.db)
-        .await
-        .unwrap();
+    rename("Umbrella Holdings", "Umbrella Corp").await.unwrap();
 
     // Pages of one, with opaque cursors, cover every customer once; `total` stays.
     let mut seen = Vec::new();
