@@ -3,8 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, PaginatorTrait,
-    QueryFilter, QueryOrder, Set,
+    sea_query::Expr, ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection,
+    DatabaseTransaction, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder,
+    Set, TransactionTrait,
 };
 use serde_json::{json, Map, Value};
 
@@ -163,8 +164,8 @@ fn issues_message(provider: &Provider, issues: &[ValidationIssue]) -> String {
 }
 
 /// A direct connection with credentials from `config`.
-pub async fn connect_direct<C: ConnectionTrait>(
-    db: &C,
+pub async fn connect_direct(
+    db: &DatabaseConnection,
     secrets: &SecretBox,
     org: &str,
     provider: &'static Provider,
@@ -192,8 +193,47 @@ pub async fn connect_direct<C: ConnectionTrait>(
 
 /// Creates the connection, or replaces the credentials of an existing one. Checks the plan's
 /// limit for a new connection and schedules the first sync for providers that have one.
-pub async fn store<C: ConnectionTrait>(
-    db: &C,
+///
+/// One transaction that starts by writing the organization's row: concurrent connects of one
+/// organization queue behind each other (a row lock on PostgreSQL, the write lock on SQLite),
+/// so two of them cannot both pass the limit check.
+pub async fn store(
+    db: &DatabaseConnection,
+    org: &str,
+    provider: &'static Provider,
+    credentials_ciphertext: Option<String>,
+    settings: Value,
+    now: DateTime<Utc>,
+) -> IntegrationResult<Connected> {
+    let txn = lock_organization(db, org).await?;
+    let connected =
+        store_locked(&txn, org, provider, credentials_ciphertext, settings, now).await?;
+    txn.commit().await?;
+    Ok(connected)
+}
+
+/// Begins a transaction that holds the organization's row: connects and disconnects of one
+/// organization then run one after the other.
+async fn lock_organization(
+    db: &DatabaseConnection,
+    org: &str,
+) -> IntegrationResult<DatabaseTransaction> {
+    let txn = db.begin().await?;
+    // A no-op write of a non-key column: on PostgreSQL it locks the row without blocking the
+    // foreign-key checks of rows that reference the organization (events, users, ...).
+    organization::Entity::update_many()
+        .col_expr(
+            organization::Column::Name,
+            Expr::col(organization::Column::Name).into(),
+        )
+        .filter(organization::Column::Id.eq(org))
+        .exec(&txn)
+        .await?;
+    Ok(txn)
+}
+
+async fn store_locked(
+    db: &DatabaseTransaction,
     org: &str,
     provider: &'static Provider,
     credentials_ciphertext: Option<String>,
@@ -257,20 +297,24 @@ pub async fn store<C: ConnectionTrait>(
 }
 
 /// Removes the connection, its stored credentials, its sync history and its scheduled sync.
-pub async fn disconnect<C: ConnectionTrait>(
-    db: &C,
+///
+/// All in one transaction, so the scheduler never sees the connection without its job.
+pub async fn disconnect(
+    db: &DatabaseConnection,
     org: &str,
     provider: &Provider,
 ) -> IntegrationResult<()> {
-    let existing = find(db, org, provider.id).await?.ok_or_else(|| {
+    let txn = lock_organization(db, org).await?;
+    let existing = find(&txn, org, provider.id).await?.ok_or_else(|| {
         IntegrationError::NotConnected(format!("{} is not connected", provider.id))
     })?;
-    scheduler::unschedule_sync(db, &existing.id).await?;
+    scheduler::unschedule_sync(&txn, &existing.id).await?;
     sync_run::Entity::delete_many()
         .filter(sync_run::Column::ConnectionId.eq(existing.id.clone()))
-        .exec(db)
+        .exec(&txn)
         .await?;
-    conn::Entity::delete_by_id(existing.id).exec(db).await?;
+    conn::Entity::delete_by_id(existing.id).exec(&txn).await?;
+    txn.commit().await?;
     Ok(())
 }
 

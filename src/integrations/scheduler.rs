@@ -174,6 +174,16 @@ async fn release(
     Ok(())
 }
 
+/// Whether the job's connection is still connected (a disconnect deletes the connection and
+/// its job in one transaction, but a sync that was running keeps its claimed job).
+async fn connection_alive(db: &DatabaseConnection, connection_id: &str) -> IntegrationResult<bool> {
+    Ok(conn::Entity::find_by_id(connection_id.to_string())
+        .filter(conn::Column::Status.eq(STATUS_CONNECTED))
+        .one(db)
+        .await?
+        .is_some())
+}
+
 /// Gives every connected provider with a sync a job (connections made before this version, or
 /// whose job was lost).
 async fn ensure_jobs(db: &DatabaseConnection, now: DateTime<Utc>) -> IntegrationResult<()> {
@@ -218,12 +228,7 @@ pub async fn tick(
             .to_string();
         // A job can outlive its connection (a disconnect racing a sweep that read the connection
         // just before): such a job is dropped here instead of running or rescheduling forever.
-        let still_connected = conn::Entity::find_by_id(connection_id.clone())
-            .filter(conn::Column::Status.eq(STATUS_CONNECTED))
-            .one(db)
-            .await?
-            .is_some();
-        if !still_connected {
+        if !connection_alive(db, &connection_id).await? {
             job::Entity::delete_by_id(job.id.clone()).exec(db).await?;
             continue;
         }
@@ -236,6 +241,10 @@ pub async fn tick(
             + chrono::Duration::from_std(config.sync_interval)
                 .unwrap_or(chrono::Duration::seconds(900));
         release(db, &job, error, next).await?;
+        // Disconnected while it ran: the released job would wait for a connection that is gone.
+        if !connection_alive(db, &connection_id).await? {
+            job::Entity::delete_by_id(job.id.clone()).exec(db).await?;
+        }
         ran += 1;
     }
     Ok(ran)

@@ -5,8 +5,8 @@
 
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
-    sea_query::Expr, ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel,
-    QueryFilter, Set,
+    sea_query::Expr, ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection,
+    EntityTrait, IntoActiveModel, QueryFilter, Set,
 };
 use serde_json::{json, Map, Value};
 
@@ -169,8 +169,8 @@ async fn finish<C: ConnectionTrait>(
 }
 
 /// Completes a pending session from the connect page.
-pub async fn complete<C: ConnectionTrait>(
-    db: &C,
+pub async fn complete(
+    db: &DatabaseConnection,
     secrets: &SecretBox,
     session_id: &str,
     answer: PageAnswer,

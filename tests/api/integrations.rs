@@ -762,6 +762,43 @@ db_test!(connection_limit, |app: TestApp| async move {
         .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["alreadyConnected"], true);
+    // Concurrent connects of different providers cannot both pass the limit.
+    let race = org_with_limit(&app, "Race Co", Plan::Free, Some(1)).await;
+    let connects = ["fireflies", "granola", "pylon", "clerk"].map(|p| {
+        let field = match p {
+            "pylon" => "apiToken",
+            "clerk" => "secretKey",
+            _ => "apiKey",
+        };
+        let client = app.client.clone();
+        let url = format!("{}{CONNECT}", app.base);
+        let key = race.api_key.clone();
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"provider": p, "config": {field: "k"}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    });
+    let mut statuses = Vec::new();
+    for c in connects {
+        statuses.push(c.await.unwrap());
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::FORBIDDEN),
+        "{statuses:?}"
+    );
     // Unlimited plans have no limit.
     let big = org_with_limit(&app, "Big Co", Plan::Enterprise, None).await;
     for p in ["fireflies", "granola", "pylon"] {
