@@ -230,6 +230,9 @@ async fn main() {
         .with_writer(std::io::stderr)
         .init();
     let parsed = Cli::parse();
+    if !matches!(parsed.command, Command::Serve { .. } | Command::Bench(_)) {
+        restore_default_sigpipe();
+    }
     // Client commands print the service's message as text; the admin commands keep their
     // one-JSON-object contract, errors included.
     if let Command::Client(command) = parsed.command {
@@ -242,5 +245,17 @@ async fn main() {
     if let Err(err) = run(parsed).await {
         eprintln!("{}", serde_json::json!({ "error": format!("{err:#}") }));
         std::process::exit(1);
+    }
+}
+
+/// Commands that print end quietly when their reader goes away (`custintel ... | head`), as
+/// other command-line tools do, instead of panicking on a broken pipe. Only for commands that
+/// serve nothing: the server keeps Rust's default of ignoring SIGPIPE.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called at start-up, before any other thread writes to a pipe; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
