@@ -475,7 +475,11 @@ async fn run(url: &str, args: &ToolsBenchArgs) -> Result<()> {
             if i >= 20 {
                 times.push(elapsed);
             }
-            items = value["items"].as_array().map_or(1, Vec::len);
+            // Lists answer `items`, search `results`, svc_query `rows`; a lookup is one record.
+            items = ["items", "results", "rows"]
+                .iter()
+                .find_map(|k| value[*k].as_array())
+                .map_or(1, Vec::len);
         }
         times.sort();
         let (p50, p99) = (percentile(&times, 50.0), percentile(&times, 99.0));
