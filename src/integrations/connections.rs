@@ -206,8 +206,59 @@ pub async fn store(
     now: DateTime<Utc>,
 ) -> IntegrationResult<Connected> {
     let txn = lock_organization(db, org).await?;
-    let connected =
-        store_locked(&txn, org, provider, credentials_ciphertext, settings, now).await?;
+    let connected = match find(&txn, org, provider.id).await? {
+        Some(existing) => {
+            let id = existing.id.clone();
+            let mut merged = existing.settings.clone();
+            if let (Some(target), Value::Object(extra)) = (merged.as_object_mut(), settings) {
+                target.extend(extra);
+            }
+            let mut row = existing.into_active_model();
+            row.credentials_ciphertext = Set(credentials_ciphertext);
+            row.settings = Set(merged);
+            row.updated_at = Set(now);
+            row.update(&txn).await?;
+            Connected {
+                connection_id: id,
+                already_connected: true,
+            }
+        }
+        None => {
+            check_limit(&txn, org).await?;
+            let id = uuid::Uuid::new_v4().to_string();
+            // The unique index on (organization, provider) refuses a racing second connect.
+            conn::ActiveModel {
+                id: Set(id.clone()),
+                organization_id: Set(org.to_string()),
+                provider: Set(provider.id.to_string()),
+                status: Set(STATUS_CONNECTED.to_string()),
+                credentials_ciphertext: Set(credentials_ciphertext),
+                settings: Set(settings),
+                last_data_received_at: Set(None),
+                created_at: Set(now),
+                updated_at: Set(now),
+            }
+            .insert(&txn)
+            .await
+            .map_err(|e| match e.sql_err() {
+                Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => {
+                    IntegrationError::bad_request(format!(
+                        "{} is being connected by another request: retry",
+                        provider.id
+                    ))
+                }
+                _ => IntegrationError::from(e),
+            })?;
+            Connected {
+                connection_id: id,
+                already_connected: false,
+            }
+        }
+    };
+    if provider.has_sync() {
+        // New credentials deserve a fresh sync, first one within a scheduler tick.
+        scheduler::schedule_sync(&txn, org, &connected.connection_id, now).await?;
+    }
     txn.commit().await?;
     Ok(connected)
 }
@@ -230,70 +281,6 @@ async fn lock_organization(
         .exec(&txn)
         .await?;
     Ok(txn)
-}
-
-async fn store_locked(
-    db: &DatabaseTransaction,
-    org: &str,
-    provider: &'static Provider,
-    credentials_ciphertext: Option<String>,
-    settings: Value,
-    now: DateTime<Utc>,
-) -> IntegrationResult<Connected> {
-    let connected = match find(db, org, provider.id).await? {
-        Some(existing) => {
-            let id = existing.id.clone();
-            let mut merged = existing.settings.clone();
-            if let (Some(target), Value::Object(extra)) = (merged.as_object_mut(), settings) {
-                target.extend(extra);
-            }
-            let mut row = existing.into_active_model();
-            row.credentials_ciphertext = Set(credentials_ciphertext);
-            row.settings = Set(merged);
-            row.updated_at = Set(now);
-            row.update(db).await?;
-            Connected {
-                connection_id: id,
-                already_connected: true,
-            }
-        }
-        None => {
-            check_limit(db, org).await?;
-            let id = uuid::Uuid::new_v4().to_string();
-            // The unique index on (organization, provider) refuses a racing second connect.
-            conn::ActiveModel {
-                id: Set(id.clone()),
-                organization_id: Set(org.to_string()),
-                provider: Set(provider.id.to_string()),
-                status: Set(STATUS_CONNECTED.to_string()),
-                credentials_ciphertext: Set(credentials_ciphertext),
-                settings: Set(settings),
-                last_data_received_at: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
-            }
-            .insert(db)
-            .await
-            .map_err(|e| match e.sql_err() {
-                Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => {
-                    IntegrationError::bad_request(format!(
-                        "{} is being connected by another request: retry",
-                        provider.id
-                    ))
-                }
-                _ => IntegrationError::from(e),
-            })?;
-            Connected {
-                connection_id: id,
-                already_connected: false,
-            }
-        }
-    };
-    if provider.has_sync() {
-        // New credentials deserve a fresh sync, first one within a scheduler tick.
-        scheduler::schedule_sync(db, org, &connected.connection_id, now).await?;
-    }
-    Ok(connected)
 }
 
 /// Removes the connection, its stored credentials, its sync history and its scheduled sync.
