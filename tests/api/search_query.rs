@@ -718,6 +718,15 @@ db_test!(
                     "SELECT name FROM sqlite_master".into(),
                     "only the analytics views",
                 ));
+                // The name-search index holds every organization's customer names.
+                statements.push((
+                    "SELECT name FROM customer_name_search".into(),
+                    "only the analytics views",
+                ));
+                statements.push((
+                    "SELECT * FROM customer_name_search_content".into(),
+                    "only the analytics views",
+                ));
                 statements.push(("ATTACH DATABASE ':memory:' AS scratch".into(), "ATTACH"));
                 statements.push(("PRAGMA journal_mode".into(), "PRAGMA"));
             }
