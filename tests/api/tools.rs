@@ -746,6 +746,10 @@ db_test!(other_tenants_are_invisible, |app: TestApp| async move {
         assert_eq!(r.body["items"], json!([]), "{name}");
         assert_eq!(r.body["pagination"]["total"], 0, "{name}");
     }
+    // The name-search index is shared by all organizations; its matches stay candidates.
+    let r = tool(&app, k, "svc_list_customers", json!({"name": "umbrella"})).await;
+    assert_eq!(r.body["items"], json!([]));
+    assert_eq!(r.body["pagination"]["total"], 0);
     for (name, input) in [
         ("svc_get_customer", json!({"customer": "acme.com"})),
         ("svc_get_customer", json!({"customer": "cus_1"})),
