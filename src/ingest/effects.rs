@@ -9,7 +9,7 @@ use entity::{billing_change, customer, engagement_session, user, visitor};
 use sea_orm::{
     sea_query::{CaseStatement, Expr, OnConflict, SimpleExpr},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
-    QueryFilter, QueryOrder, Set,
+    QueryFilter, Set,
 };
 use serde_json::{Map, Value};
 
@@ -57,10 +57,6 @@ struct Group {
     closed_sessions: Vec<SessionState>,
     user_activity: HashMap<String, DateTime<Utc>>,
     customer_activity: HashMap<String, DateTime<Utc>>,
-    /// Keys looked up in bulk at the start of the group: a key here without a row in
-    /// `visitors` / `sessions` is known not to be stored, so no per-event lookup is needed.
-    preloaded_visitors: HashSet<(String, String)>,
-    preloaded_sessions: HashSet<(String, String)>,
 }
 
 /// Writes batches in the caller's transaction; answers, per batch, how many of its events
@@ -71,6 +67,8 @@ pub async fn write_batches<C: ConnectionTrait>(
 ) -> Result<Vec<usize>, DbErr> {
     let mut group = Group::default();
     let seen = stored_message_ids(conn, batches).await?;
+    // Every visitor and session the group names is loaded here, so a key missing from
+    // `group.visitors` / `group.sessions` afterwards is one the database does not have.
     preload_visitors(conn, &mut group, batches).await?;
     preload_sessions(conn, &mut group, batches).await?;
     let mut claimed: HashSet<(String, String)> = HashSet::new();
@@ -140,11 +138,6 @@ fn keys_by_org<'a>(
         .collect()
 }
 
-/// Records that these keys were looked up in bulk (found or not).
-fn mark_preloaded(preloaded: &mut HashSet<(String, String)>, org: &str, keys: &[&str]) {
-    preloaded.extend(keys.iter().map(|k| (org.to_string(), k.to_string())));
-}
-
 /// Loads every visitor the group's batches name (their `visitorId`s and attributed
 /// fingerprints) with one query per organization and chunk, instead of one per batch.
 async fn preload_visitors<C: ConnectionTrait>(
@@ -179,7 +172,6 @@ async fn preload_visitors<C: ConnectionTrait>(
                     .visitors
                     .insert(key, VisitorState { row, dirty: false });
             }
-            mark_preloaded(&mut group.preloaded_visitors, org, chunk);
         }
     }
     Ok(())
@@ -217,7 +209,6 @@ async fn preload_sessions<C: ConnectionTrait>(
                         .insert(key, SessionState { row, dirty: false });
                 }
             }
-            mark_preloaded(&mut group.preloaded_sessions, org, chunk);
         }
     }
     Ok(())
@@ -246,7 +237,7 @@ async fn apply_batch<C: ConnectionTrait>(
         .as_ref()
         .map(|v| (org.to_string(), v.clone()));
     if let Some(key) = &visitor_key {
-        touch_visitor(conn, group, key, last_event_at).await?;
+        touch_visitor(group, key, last_event_at);
     }
     let mut batch_customer = match &batch.customer_identity {
         Some(c) => Some(resolve_customer(conn, org, c, now).await?),
@@ -387,7 +378,7 @@ async fn apply_batch<C: ConnectionTrait>(
                     event_user = Some(found.id);
                 } else if let Some(fp) = fingerprint {
                     let key = (org.to_string(), fp.clone());
-                    touch_visitor(conn, group, &key, event.occurred_at).await?;
+                    touch_visitor(group, &key, event.occurred_at);
                     if let Some(v) = group.visitors.get(&key) {
                         event_user = v.row.user_id.clone().or(event_user);
                         event_customer = v.row.customer_id.clone().or(event_customer);
@@ -401,7 +392,6 @@ async fn apply_batch<C: ConnectionTrait>(
                 total_time_ms,
             } => {
                 add_engagement(
-                    conn,
                     group,
                     org,
                     session_id,
@@ -409,8 +399,7 @@ async fn apply_batch<C: ConnectionTrait>(
                     *active_time_ms,
                     *total_time_ms,
                     event.occurred_at,
-                )
-                .await?;
+                );
             }
             Effect::Stage(stage) => {
                 if let Some(u) = &event_user {
@@ -467,40 +456,24 @@ fn bump(map: &mut HashMap<String, DateTime<Utc>>, id: &str, at: DateTime<Utc>) {
     }
 }
 
-/// Loads (or starts) the visitor row into the group and moves its last-seen time forward.
-async fn touch_visitor<C: ConnectionTrait>(
-    conn: &C,
-    group: &mut Group,
-    key: &(String, String),
-    seen_at: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    if !group.visitors.contains_key(key) {
-        let found = if group.preloaded_visitors.contains(key) {
-            None
-        } else {
-            visitor::Entity::find()
-                .filter(visitor::Column::OrganizationId.eq(key.0.as_str()))
-                .filter(visitor::Column::VisitorId.eq(key.1.as_str()))
-                .one(conn)
-                .await?
-        };
-        let state = match found {
-            Some(row) => VisitorState { row, dirty: false },
-            None => VisitorState {
-                row: visitor::Model {
-                    id: uuid::Uuid::new_v4().to_string(),
-                    organization_id: key.0.clone(),
-                    visitor_id: key.1.clone(),
-                    user_id: None,
-                    customer_id: None,
-                    first_seen_at: seen_at,
-                    last_seen_at: seen_at,
-                },
-                dirty: true,
+/// Starts the visitor in the group when it is not stored (the group holds every stored
+/// visitor it names) and moves its seen times.
+fn touch_visitor(group: &mut Group, key: &(String, String), seen_at: DateTime<Utc>) {
+    group
+        .visitors
+        .entry(key.clone())
+        .or_insert_with(|| VisitorState {
+            row: visitor::Model {
+                id: uuid::Uuid::new_v4().to_string(),
+                organization_id: key.0.clone(),
+                visitor_id: key.1.clone(),
+                user_id: None,
+                customer_id: None,
+                first_seen_at: seen_at,
+                last_seen_at: seen_at,
             },
-        };
-        group.visitors.insert(key.clone(), state);
-    }
+            dirty: true,
+        });
     if let Some(state) = group.visitors.get_mut(key) {
         if seen_at > state.row.last_seen_at {
             state.row.last_seen_at = seen_at;
@@ -511,7 +484,6 @@ async fn touch_visitor<C: ConnectionTrait>(
             state.dirty = true;
         }
     }
-    Ok(())
 }
 
 /// Links a visitor to its user and account (a later link replaces an earlier one).
@@ -805,10 +777,9 @@ async fn set_billing<C: ConnectionTrait>(
     Ok(row.id)
 }
 
-/// Adds active and total time to the session, starting a new one after 30 idle minutes.
-#[allow(clippy::too_many_arguments)]
-async fn add_engagement<C: ConnectionTrait>(
-    conn: &C,
+/// Adds active and total time to the session, starting a new one after 30 idle minutes (the
+/// group holds the latest stored row of every session it names).
+fn add_engagement(
     group: &mut Group,
     org: &str,
     session_id: &str,
@@ -816,21 +787,8 @@ async fn add_engagement<C: ConnectionTrait>(
     active_ms: i64,
     total_ms: i64,
     at: DateTime<Utc>,
-) -> Result<(), DbErr> {
+) {
     let key = (org.to_string(), session_id.to_string());
-    if !group.sessions.contains_key(&key) && !group.preloaded_sessions.contains(&key) {
-        let latest = engagement_session::Entity::find()
-            .filter(engagement_session::Column::OrganizationId.eq(org))
-            .filter(engagement_session::Column::SessionId.eq(session_id))
-            .order_by_desc(engagement_session::Column::LastSeenAt)
-            .one(conn)
-            .await?;
-        if let Some(row) = latest {
-            group
-                .sessions
-                .insert(key.clone(), SessionState { row, dirty: false });
-        }
-    }
     let continues = group.sessions.get(&key).is_some_and(|s| {
         at <= s.row.last_seen_at + SESSION_IDLE && at >= s.row.started_at - SESSION_IDLE
     });
@@ -845,7 +803,7 @@ async fn add_engagement<C: ConnectionTrait>(
             }
             s.dirty = true;
         }
-        return Ok(());
+        return;
     }
     let fresh = SessionState {
         row: engagement_session::Model {
@@ -865,7 +823,6 @@ async fn add_engagement<C: ConnectionTrait>(
             group.closed_sessions.push(previous);
         }
     }
-    Ok(())
 }
 
 /// Writes what the group accumulated: visitors and sessions with one multi-row upsert per
@@ -912,29 +869,35 @@ async fn flush<C: ConnectionTrait>(conn: &C, group: Group) -> Result<(), DbErr> 
             .exec_without_returning(conn)
             .await?;
     }
-    let users: Vec<(String, DateTime<Utc>)> = group.user_activity.into_iter().collect();
-    for chunk in users.chunks(UPSERT_CHUNK) {
-        user::Entity::update_many()
-            .col_expr(
-                user::Column::LastActivityAt,
-                latest_activity(user::Column::Id, user::Column::LastActivityAt, chunk),
-            )
-            .filter(user::Column::Id.is_in(chunk.iter().map(|(id, _)| id.clone())))
-            .exec(conn)
-            .await?;
-    }
-    let customers: Vec<(String, DateTime<Utc>)> = group.customer_activity.into_iter().collect();
-    for chunk in customers.chunks(UPSERT_CHUNK) {
-        customer::Entity::update_many()
-            .col_expr(
-                customer::Column::LastActivityAt,
-                latest_activity(
-                    customer::Column::Id,
-                    customer::Column::LastActivityAt,
-                    chunk,
-                ),
-            )
-            .filter(customer::Column::Id.is_in(chunk.iter().map(|(id, _)| id.clone())))
+    advance_activity::<user::Entity, _>(
+        conn,
+        user::Column::Id,
+        user::Column::LastActivityAt,
+        group.user_activity,
+    )
+    .await?;
+    advance_activity::<customer::Entity, _>(
+        conn,
+        customer::Column::Id,
+        customer::Column::LastActivityAt,
+        group.customer_activity,
+    )
+    .await
+}
+
+/// Moves each row's last activity forward to its new time (never back), one CASE UPDATE per
+/// chunk of rows.
+async fn advance_activity<E: EntityTrait, C: ConnectionTrait>(
+    conn: &C,
+    id: E::Column,
+    last: E::Column,
+    times: HashMap<String, DateTime<Utc>>,
+) -> Result<(), DbErr> {
+    let times: Vec<(String, DateTime<Utc>)> = times.into_iter().collect();
+    for chunk in times.chunks(UPSERT_CHUNK) {
+        E::update_many()
+            .col_expr(last, latest_activity(id, last, chunk))
+            .filter(id.is_in(chunk.iter().map(|(row_id, _)| row_id.clone())))
             .exec(conn)
             .await?;
     }

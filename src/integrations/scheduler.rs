@@ -174,8 +174,7 @@ async fn release(
     Ok(())
 }
 
-/// Whether the job's connection is still connected (a disconnect deletes the connection and
-/// its job in one transaction, but a sync that was running keeps its claimed job).
+/// Whether the job's connection is still connected.
 async fn connection_alive(db: &DatabaseConnection, connection_id: &str) -> IntegrationResult<bool> {
     Ok(conn::Entity::find_by_id(connection_id.to_string())
         .filter(conn::Column::Status.eq(STATUS_CONNECTED))
@@ -240,11 +239,8 @@ pub async fn tick(
         let next = Utc::now()
             + chrono::Duration::from_std(config.sync_interval)
                 .unwrap_or(chrono::Duration::seconds(900));
+        // A disconnect while this ran deleted the job row; releasing it then changes nothing.
         release(db, &job, error, next).await?;
-        // Disconnected while it ran: the released job would wait for a connection that is gone.
-        if !connection_alive(db, &connection_id).await? {
-            job::Entity::delete_by_id(job.id.clone()).exec(db).await?;
-        }
         ran += 1;
     }
     Ok(ran)
