@@ -175,6 +175,20 @@ impl Browser {
         .await
     }
 
+    /// Clicks `css` and waits until the page that follows shows `expected` (a form post's
+    /// answer may still be loading when the click returns).
+    async fn submit(&self, css: &str, expected: &str) {
+        self.click(css).await;
+        let probe = format!("document.querySelector({}) !== null", json!(expected));
+        for _ in 0..150 {
+            if self.eval(&probe).await == true {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("`{expected}` did not appear after clicking `{css}`");
+    }
+
     async fn eval(&self, expression: &str) -> Value {
         self.command(
             "POST",
@@ -223,13 +237,15 @@ db_test!(connect_page_in_a_browser, |app: TestApp| async move {
     );
     // A blank token is refused on the page itself, which keeps the form.
     browser.type_into("#apiToken", " ").await;
-    browser.click("button[value=connect]").await;
+    browser
+        .submit("button[value=connect]", "[role=alert]")
+        .await;
     let alert = browser
         .eval("document.querySelector('[role=alert]').textContent")
         .await;
     assert!(alert.as_str().unwrap().contains("apiToken"), "{alert}");
     browser.type_into("#apiToken", "pylon_live_token").await;
-    browser.click("button[value=connect]").await;
+    browser.submit("button[value=connect]", "#result").await;
     assert_eq!(
         browser
             .eval("document.getElementById('result').dataset.status")
