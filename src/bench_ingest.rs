@@ -35,7 +35,7 @@ const VISITORS: usize = 1_000;
 /// Batches per transaction when measuring the storage ceiling.
 const CEILING_GROUP: usize = 50;
 
-/// A batch of 100 mixed events from one visitor, its message ids unique to `seq`.
+/// A batch of 100 mixed events from one visitor (`seq` picks the visitor), each with a new random message id.
 pub fn batch_body(seq: u64) -> Value {
     let visitor = seq as usize % VISITORS;
     let visitor_id = format!("00000000-0000-4000-8000-{visitor:012}");
@@ -43,7 +43,9 @@ pub fn batch_body(seq: u64) -> Value {
     let now = Utc::now().timestamp_millis();
     let mut events = Vec::with_capacity(100);
     for i in 0..100u64 {
-        let message_id = format!("b{seq}-{i}");
+        // Analytics SDKs send random (version 4) message ids; sequential ones would flatter
+        // the dedup index, whose inserts then land on the same few pages.
+        let message_id = uuid::Uuid::new_v4().to_string();
         let url = format!("https://app.example.com/page/{}", i % 7);
         let path = format!("/page/{}", i % 7);
         let ts = now - 1_000 + i as i64;

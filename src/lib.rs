@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod bench_ingest;
+pub mod bench_sqlite_floor;
 pub mod cli;
 pub mod config;
 pub mod correlation;

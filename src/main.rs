@@ -67,6 +67,16 @@ enum BenchCommand {
     /// database (100,000 customers, 500,000 users, 200,000 sources, 1,000,000 events by
     /// default).
     Tools(custintel::bench::ToolsBenchArgs),
+    /// How fast SQLite alone takes rows into the events table on this machine (no HTTP, no
+    /// identity effects), with and without the messageId dedup index.
+    SqliteFloor {
+        /// Rows inserted per variant.
+        #[arg(long, default_value_t = 2_000_000)]
+        rows: usize,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 5_000)]
+        rows_per_commit: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -217,6 +227,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::Tools(args)) => custintel::bench::tools(args).await,
+        Command::Bench(BenchCommand::SqliteFloor {
+            rows,
+            rows_per_commit,
+        }) => {
+            custintel::bench_sqlite_floor::run(custintel::bench_sqlite_floor::FloorOptions {
+                rows: rows.max(1),
+                rows_per_commit: rows_per_commit.max(1),
+            })
+            .await
+        }
     }
 }
 
