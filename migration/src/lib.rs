@@ -8,6 +8,8 @@ mod m20261122_000501_integration_connection_unique;
 mod m20261122_010000_engagement_session_restarts;
 mod m20261122_020000_fact_source_type_index;
 mod m20261122_020100_customer_name_search;
+mod m20261122_020200_customer_revenue_index;
+mod m20261122_020300_record_counts;
 
 pub struct Migrator;
 
@@ -22,6 +24,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_010000_engagement_session_restarts::Migration),
             Box::new(m20261122_020000_fact_source_type_index::Migration),
             Box::new(m20261122_020100_customer_name_search::Migration),
+            Box::new(m20261122_020200_customer_revenue_index::Migration),
+            Box::new(m20261122_020300_record_counts::Migration),
         ]
     }
 }

@@ -3,18 +3,16 @@
 use chrono::Utc;
 use entity::customer::{Column, Entity};
 use sea_orm::{
-    sea_query::{Expr, NullOrdering, SimpleExpr},
-    ColumnTrait, Condition, DbBackend, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    sea_query::{Expr, SimpleExpr},
+    ColumnTrait, Condition, DbBackend,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    common::{
-        after_desc_nullable, check_fields, contains_ci, key_time_opt, parse_duration,
-        trait_filters, ListRequest,
-    },
+    activity_page::{activity_page, ActivityRange},
+    common::{check_fields, contains_ci, key_time_opt, parse_duration, trait_filters, ListRequest},
+    record_counts::KeptTotal,
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,
 };
@@ -85,17 +83,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(status) = input.billing_status {
         filter = filter.add(Column::BillingStatus.eq(status.as_str()));
     }
+    let mut range = ActivityRange::default();
     if let Some(raw) = &input.active_within {
-        let d = parse_duration("activeWithin", raw)?;
-        filter = filter.add(Column::LastActivityAt.gte(now - d));
+        range.since = Some(now - parse_duration("activeWithin", raw)?);
     }
     if let Some(raw) = &input.inactive_for {
-        let d = parse_duration("inactiveFor", raw)?;
-        filter = filter.add(
-            Condition::any()
-                .add(Column::LastActivityAt.lt(now - d))
-                .add(Column::LastActivityAt.is_null()),
-        );
+        range.before = Some(now - parse_duration("inactiveFor", raw)?);
     }
     if let Some(min) = input.min_mrr_cents {
         filter = filter.add(Column::MrrCents.gte(min));
@@ -112,25 +105,28 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             filter = filter.add(candidates);
         }
     }
-    let db = &ctx.state.db;
-    let total = req
-        .total(|| Entity::find().filter(filter.clone()).count(db))
-        .await?;
-    let mut query = Entity::find().filter(filter);
-    if let Some(c) = &req.cursor {
-        query = query.filter(after_desc_nullable(
-            Column::LastActivityAt,
-            Column::Id,
-            c.time(0)?,
-            &c.text(1)?,
-        ));
-    }
-    let rows = query
-        .order_by_with_nulls(Column::LastActivityAt, Order::Desc, NullOrdering::Last)
-        .order_by(Column::Id, Order::Desc)
-        .limit(req.limit + 1)
-        .all(db)
-        .await?;
+    // Filtered by nothing but the counted column: the total is kept, not counted.
+    let only_counted = input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.min_mrr_cents.is_none()
+        && input.max_mrr_cents.is_none()
+        && input.traits.as_ref().is_none_or(Map::is_empty)
+        && input.name.is_none();
+    let kept = only_counted.then(|| KeptTotal {
+        record: "customers",
+        bucket: input.billing_status.map(BillingStatus::as_str),
+    });
+    let (rows, total) = activity_page::<Entity>(
+        &ctx.state.db,
+        &ctx.organization_id,
+        &req,
+        filter,
+        range,
+        kept,
+        Column::LastActivityAt,
+        Column::Id,
+    )
+    .await?;
     Ok(super::common::page(
         rows,
         &req,

@@ -2,18 +2,17 @@
 
 use chrono::Utc;
 use entity::user::{Column, Entity};
-use sea_orm::{
-    sea_query::NullOrdering, ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
-};
+use sea_orm::{ColumnTrait, Condition};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
+    activity_page::{activity_page, ActivityRange},
     common::{
-        after_desc_nullable, check_fields, contains_ci, equals_ci, key_time_opt, parse_duration,
-        resolve_customer, trait_filters, ListRequest,
+        check_fields, contains_ci, equals_ci, key_time_opt, parse_duration, resolve_customer,
+        trait_filters, ListRequest,
     },
+    record_counts::KeptTotal,
     records::{self, USER_FIELDS, USER_IDS},
     ToolContext, ToolResult,
 };
@@ -86,17 +85,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(stage) = input.stage {
         filter = filter.add(Column::Stage.eq(stage.as_str()));
     }
+    let mut range = ActivityRange::default();
     if let Some(raw) = &input.active_within {
-        let d = parse_duration("activeWithin", raw)?;
-        filter = filter.add(Column::LastActivityAt.gte(now - d));
+        range.since = Some(now - parse_duration("activeWithin", raw)?);
     }
     if let Some(raw) = &input.inactive_for {
-        let d = parse_duration("inactiveFor", raw)?;
-        filter = filter.add(
-            Condition::any()
-                .add(Column::LastActivityAt.lt(now - d))
-                .add(Column::LastActivityAt.is_null()),
-        );
+        range.before = Some(now - parse_duration("inactiveFor", raw)?);
     }
     if let Some(customer) = &input.customer {
         let found = resolve_customer(ctx, customer).await?;
@@ -111,25 +105,28 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(name) = &input.name {
         filter = filter.add(contains_ci(Column::Name, name));
     }
-    let db = &ctx.state.db;
-    let total = req
-        .total(|| Entity::find().filter(filter.clone()).count(db))
-        .await?;
-    let mut query = Entity::find().filter(filter);
-    if let Some(c) = &req.cursor {
-        query = query.filter(after_desc_nullable(
-            Column::LastActivityAt,
-            Column::Id,
-            c.time(0)?,
-            &c.text(1)?,
-        ));
-    }
-    let rows = query
-        .order_by_with_nulls(Column::LastActivityAt, Order::Desc, NullOrdering::Last)
-        .order_by(Column::Id, Order::Desc)
-        .limit(req.limit + 1)
-        .all(db)
-        .await?;
+    // Filtered by nothing but the counted column: the total is kept, not counted.
+    let only_counted = input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.customer.is_none()
+        && input.traits.as_ref().is_none_or(Map::is_empty)
+        && input.email.is_none()
+        && input.name.is_none();
+    let kept = only_counted.then(|| KeptTotal {
+        record: "users",
+        bucket: input.stage.map(Stage::as_str),
+    });
+    let (rows, total) = activity_page::<Entity>(
+        &ctx.state.db,
+        &ctx.organization_id,
+        &req,
+        filter,
+        range,
+        kept,
+        Column::LastActivityAt,
+        Column::Id,
+    )
+    .await?;
     Ok(super::common::page(
         rows,
         &req,

@@ -2,9 +2,11 @@
 //! deriving `serde::Deserialize` and `schemars::JsonSchema`) and a `run` function; the gateway
 //! validates input against the contract before a tool runs.
 
+pub mod activity_page;
 pub mod allowance;
 pub mod common;
 pub mod openapi;
+pub mod record_counts;
 pub mod records;
 pub mod registry;
 pub mod timeline;

@@ -303,6 +303,118 @@ db_test!(list_customers, |app: TestApp| async move {
     snap!("error_unknown_property", r.body);
 });
 
+/// `pagination.total` of a list.
+async fn list_total(app: &TestApp, key: &str, name: &str, input: Value) -> Value {
+    let r = tool(app, key, name, input.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{name} {input}: {}", r.body);
+    r.body["pagination"]["total"].clone()
+}
+
+// Totals of lists filtered by stage or billing status alone come from counts kept by triggers:
+// they follow inserts, changes and deletes, and never mix organizations.
+db_test!(list_totals_follow_changes, |app: TestApp| async move {
+    let org = app.org("Totals Co").await;
+    seed(&app, &org.organization_id).await;
+    let other = app.org("Other Co").await;
+    seed(&app, &other.organization_id).await;
+    let k = &org.api_key;
+    assert_eq!(list_total(&app, k, "svc_list_users", json!({})).await, 4);
+    let engaged = json!({"stage": "engaged"});
+    assert_eq!(
+        list_total(&app, k, "svc_list_users", engaged.clone()).await,
+        1
+    );
+
+    // A new user and a stage change, both through the import path.
+    let lines = [
+        json!({"kind":"user","customer":"acme.com","email":"eve@acme.com","externalId":"u_5","name":"Eve","stage":"engaged"}),
+        json!({"kind":"user","customer":"acme.com","email":"ada@acme.com","externalId":"u_1","name":"Ada Lovelace","stage":"engaged","traits":{"role":"admin"},"lastActivityAt":ago(1)}),
+    ]
+    .map(|l| l.to_string())
+    .join("\n");
+    let report = import::import_text(&app.db, &org.organization_id, &lines)
+        .await
+        .expect("import");
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    assert_eq!(list_total(&app, k, "svc_list_users", json!({})).await, 5);
+    assert_eq!(
+        list_total(&app, k, "svc_list_users", engaged.clone()).await,
+        3
+    );
+    let activated = json!({"stage": "activated"});
+    assert_eq!(list_total(&app, k, "svc_list_users", activated).await, 0);
+
+    use entity::customer::{Column, Entity};
+    let paying = json!({"billingStatus": "PAYING"});
+    assert_eq!(
+        list_total(&app, k, "svc_list_customers", paying.clone()).await,
+        2
+    );
+    Entity::update_many()
+        .col_expr(
+            Column::BillingStatus,
+            sea_orm::sea_query::Expr::value("PAYING"),
+        )
+        .filter(Column::OrganizationId.eq(&org.organization_id))
+        .filter(Column::Domain.eq("globex.com"))
+        .exec(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        list_total(&app, k, "svc_list_customers", paying.clone()).await,
+        3
+    );
+    let trialing = json!({"billingStatus": "TRIALING"});
+    assert_eq!(list_total(&app, k, "svc_list_customers", trialing).await, 0);
+    Entity::delete_many()
+        .filter(Column::OrganizationId.eq(&org.organization_id))
+        .filter(Column::Domain.eq("umbrella.io"))
+        .exec(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        list_total(&app, k, "svc_list_customers", paying.clone()).await,
+        2
+    );
+    assert_eq!(
+        list_total(&app, k, "svc_list_customers", json!({})).await,
+        3
+    );
+    // Each total equals the number of items listed.
+    let r = tool(&app, k, "svc_list_customers", json!({"limit": 1000})).await;
+    assert_eq!(r.body["items"].as_array().unwrap().len(), 3);
+
+    // The other organization's totals did not move.
+    let k2 = &other.api_key;
+    assert_eq!(list_total(&app, k2, "svc_list_users", json!({})).await, 4);
+    assert_eq!(list_total(&app, k2, "svc_list_users", engaged).await, 1);
+    assert_eq!(list_total(&app, k2, "svc_list_customers", paying).await, 2);
+    assert_eq!(
+        list_total(&app, k2, "svc_list_customers", json!({})).await,
+        4
+    );
+
+    // Pages of one across the end of the active customers into the never-active ones, with a
+    // time bound that keeps never-active rows (`inactiveFor`).
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let input = json!({"inactiveFor": "2d", "limit": 1, "cursor": cursor});
+        let r = tool(&app, k2, "svc_list_customers", input).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body["pagination"]["total"], 3);
+        seen.extend(field(&r, "name"));
+        if r.body["pagination"]["hasMore"] == false {
+            break;
+        }
+        cursor = r.body["pagination"]["nextCursor"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    }
+    assert_eq!(seen, ["Globex", "Initech", "Umbrella Corp"]);
+});
+
 db_test!(list_users_and_workspace_users, |app: TestApp| async move {
     let org = app.org("Users Inc").await;
     seed(&app, &org.organization_id).await;

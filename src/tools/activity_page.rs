@@ -1,0 +1,136 @@
+//! Pages of customers or users, most recently active first (`last_activity_at DESC NULLS
+//! LAST, id DESC`), with the first page's `total`.
+//!
+//! Written so that each query is a plain range on an `(organization_id, [filter column,]
+//! last_activity_at, id)` index:
+//! - the page reads the active rows first and the never-active rows only when the active
+//!   ones run out, instead of one query whose `... OR last_activity_at IS NULL` makes the
+//!   database walk every active row;
+//! - `inactiveFor` (which keeps never-active rows) is counted as two ranges, and
+//! - the count runs beside the page on another pooled connection, not after it, and comes
+//!   from the trigger-kept counts when the list is filtered by a stage or status alone.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    sea_query::{Expr, ExprTrait},
+    ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, Order, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect,
+};
+
+use super::{
+    common::ListRequest,
+    record_counts::{self, KeptTotal},
+    ToolResult,
+};
+
+/// Which last-activity times a list keeps (`activeWithin`, `inactiveFor`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ActivityRange {
+    /// Active at or after this time (never-active rows do not match).
+    pub since: Option<DateTime<Utc>>,
+    /// Last active before this time; never-active rows match too.
+    pub before: Option<DateTime<Utc>>,
+}
+
+impl ActivityRange {
+    fn keeps_never_active(&self) -> bool {
+        self.since.is_none()
+    }
+}
+
+/// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
+/// `kept` names the trigger-kept total to use when the list has no other filter.
+pub async fn activity_page<E>(
+    db: &DatabaseConnection,
+    organization_id: &str,
+    req: &ListRequest,
+    filter: Condition,
+    range: ActivityRange,
+    kept: Option<KeptTotal>,
+    activity: E::Column,
+    id: E::Column,
+) -> ToolResult<(Vec<E::Model>, u64)>
+where
+    E: EntityTrait,
+    E::Model: Send + Sync,
+{
+    let mut active = filter.clone().add(activity.is_not_null());
+    if let Some(t) = range.since {
+        active = active.add(activity.gte(t));
+    }
+    if let Some(t) = range.before {
+        active = active.add(activity.lt(t));
+    }
+    let never = range
+        .keeps_never_active()
+        .then(|| filter.clone().add(activity.is_null()));
+
+    // Where the previous page ended: inside the active rows (a time) or the never-active ones.
+    let (active_from, never_from) = match &req.cursor {
+        None => (Some(active.clone()), never.clone()),
+        Some(c) => {
+            let last_id = c.text(1)?;
+            match c.time(0)? {
+                Some(t) => (
+                    Some(
+                        active.clone().add(
+                            Expr::tuple([activity.into_expr(), id.into_expr()])
+                                .lt(Expr::tuple([Expr::val(t), Expr::val(last_id)])),
+                        ),
+                    ),
+                    never.clone(),
+                ),
+                None => (None, never.clone().map(|n| n.add(id.lt(last_id)))),
+            }
+        }
+    };
+
+    let want = req.limit + 1;
+    let rows = async {
+        let mut rows = match active_from {
+            Some(cond) => {
+                E::find()
+                    .filter(cond)
+                    .order_by(activity, Order::Desc)
+                    .order_by(id, Order::Desc)
+                    .limit(want)
+                    .all(db)
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        if let Some(cond) = never_from.filter(|_| (rows.len() as u64) < want) {
+            let rest = E::find()
+                .filter(cond)
+                .order_by(id, Order::Desc)
+                .limit(want - rows.len() as u64)
+                .all(db)
+                .await?;
+            rows.extend(rest);
+        }
+        Ok::<_, DbErr>(rows)
+    };
+    let total = async {
+        if let Some(c) = &req.cursor {
+            return Ok(c.t);
+        }
+        if let Some(kept) = &kept {
+            return record_counts::read(db, organization_id, kept).await;
+        }
+        match (&never, range.before) {
+            // Never-active rows and a time bound: two ranges of the activity index, at once.
+            (Some(never), Some(_)) => {
+                let (a, n) = tokio::try_join!(
+                    E::find().filter(active.clone()).count(db),
+                    E::find().filter(never.clone()).count(db)
+                )?;
+                Ok(a + n)
+            }
+            // No time bound on never-active rows: the filter alone.
+            (Some(_), None) => E::find().filter(filter.clone()).count(db).await,
+            (None, _) => E::find().filter(active.clone()).count(db).await,
+        }
+    };
+    let (rows, total) = tokio::try_join!(rows, total)?;
+    Ok((rows, total))
+}
