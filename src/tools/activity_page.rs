@@ -3,22 +3,23 @@
 //!
 //! Written so that each query is a plain range on an `(organization_id, [filter column,]
 //! last_activity_at, id)` index:
-//! - the page reads the active rows first and the never-active rows only when the active
-//!   ones run out, instead of one query whose `... OR last_activity_at IS NULL` makes the
-//!   database walk every active row;
+//! - with `inactiveFor` (a time bound that keeps never-active rows), the page reads the
+//!   active rows first and the never-active rows only when the active ones run out, instead
+//!   of one query whose `... OR last_activity_at IS NULL` makes the database walk every
+//!   recently active row;
 //! - `inactiveFor` (which keeps never-active rows) is counted as two ranges, and
 //! - the count runs beside the page on another pooled connection, not after it, and comes
 //!   from the trigger-kept counts when the list is filtered by a stage or status alone.
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    sea_query::{Expr, ExprTrait},
+    sea_query::{Expr, ExprTrait, NullOrdering},
     ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, Order, PaginatorTrait,
     QueryFilter, QueryOrder, QuerySelect,
 };
 
 use super::{
-    common::ListRequest,
+    common::{after_desc_nullable, ListRequest},
     record_counts::{self, KeptTotal},
     ToolResult,
 };
@@ -54,17 +55,78 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
-    let mut active = filter.clone().add(activity.is_not_null());
+    // The filter and the time bounds; on its own it excludes never-active rows only when it
+    // has a bound, so `active` says so for the split page.
+    let mut bounded = filter.clone();
     if let Some(t) = range.since {
-        active = active.add(activity.gte(t));
+        bounded = bounded.add(activity.gte(t));
     }
     if let Some(t) = range.before {
-        active = active.add(activity.lt(t));
+        bounded = bounded.add(activity.lt(t));
     }
+    let active = bounded.clone().add(activity.is_not_null());
     let never = range
         .keeps_never_active()
         .then(|| filter.clone().add(activity.is_null()));
 
+    let want = req.limit + 1;
+    let rows = async {
+        if range.before.is_some() && range.keeps_never_active() {
+            split_page::<E>(db, req, &active, &never, want, activity, id).await
+        } else {
+            // One range of the activity index (or whatever index the other filters favour):
+            // one query, in which SQLite's DESC order already puts NULLs last.
+            let mut query = E::find().filter(bounded.clone());
+            if let Some(c) = &req.cursor {
+                query = query.filter(after_desc_nullable(activity, id, c.time(0)?, &c.text(1)?));
+            }
+            Ok(query
+                .order_by_with_nulls(activity, Order::Desc, NullOrdering::Last)
+                .order_by(id, Order::Desc)
+                .limit(want)
+                .all(db)
+                .await?)
+        }
+    };
+    let total = async {
+        if let Some(c) = &req.cursor {
+            return Ok(c.t);
+        }
+        if let Some(kept) = &kept {
+            return record_counts::read(db, organization_id, kept).await;
+        }
+        match (&never, range.before) {
+            // Never-active rows and a time bound: two ranges of the activity index, at once.
+            (Some(never), Some(_)) => {
+                let (a, n) = tokio::try_join!(
+                    E::find().filter(active.clone()).count(db),
+                    E::find().filter(never.clone()).count(db)
+                )?;
+                Ok(a + n)
+            }
+            _ => E::find().filter(bounded.clone()).count(db).await,
+        }
+    };
+    let (rows, total): (ToolResult<Vec<E::Model>>, Result<u64, DbErr>) = tokio::join!(rows, total);
+    Ok((rows?, total?))
+}
+
+/// A page of `active` rows first and `never`-active rows after them: each one plain range of
+/// the activity index, where one query with `last_activity_at < ? OR last_activity_at IS NULL`
+/// would walk every recently active row first.
+async fn split_page<E>(
+    db: &DatabaseConnection,
+    req: &ListRequest,
+    active: &Condition,
+    never: &Option<Condition>,
+    want: u64,
+    activity: E::Column,
+    id: E::Column,
+) -> ToolResult<Vec<E::Model>>
+where
+    E: EntityTrait,
+    E::Model: Send + Sync,
+{
     // Where the previous page ended: inside the active rows (a time) or the never-active ones.
     let (active_from, never_from) = match &req.cursor {
         None => (Some(active.clone()), never.clone()),
@@ -84,53 +146,26 @@ where
             }
         }
     };
-
-    let want = req.limit + 1;
-    let rows = async {
-        let mut rows = match active_from {
-            Some(cond) => {
-                E::find()
-                    .filter(cond)
-                    .order_by(activity, Order::Desc)
-                    .order_by(id, Order::Desc)
-                    .limit(want)
-                    .all(db)
-                    .await?
-            }
-            None => Vec::new(),
-        };
-        if let Some(cond) = never_from.filter(|_| (rows.len() as u64) < want) {
-            let rest = E::find()
+    let mut rows = match active_from {
+        Some(cond) => {
+            E::find()
                 .filter(cond)
+                .order_by(activity, Order::Desc)
                 .order_by(id, Order::Desc)
-                .limit(want - rows.len() as u64)
+                .limit(want)
                 .all(db)
-                .await?;
-            rows.extend(rest);
+                .await?
         }
-        Ok::<_, DbErr>(rows)
+        None => Vec::new(),
     };
-    let total = async {
-        if let Some(c) = &req.cursor {
-            return Ok(c.t);
-        }
-        if let Some(kept) = &kept {
-            return record_counts::read(db, organization_id, kept).await;
-        }
-        match (&never, range.before) {
-            // Never-active rows and a time bound: two ranges of the activity index, at once.
-            (Some(never), Some(_)) => {
-                let (a, n) = tokio::try_join!(
-                    E::find().filter(active.clone()).count(db),
-                    E::find().filter(never.clone()).count(db)
-                )?;
-                Ok(a + n)
-            }
-            // No time bound on never-active rows: the filter alone.
-            (Some(_), None) => E::find().filter(filter.clone()).count(db).await,
-            (None, _) => E::find().filter(active.clone()).count(db).await,
-        }
-    };
-    let (rows, total) = tokio::try_join!(rows, total)?;
-    Ok((rows, total))
+    if let Some(cond) = never_from.filter(|_| (rows.len() as u64) < want) {
+        let rest = E::find()
+            .filter(cond)
+            .order_by(id, Order::Desc)
+            .limit(want - rows.len() as u64)
+            .all(db)
+            .await?;
+        rows.extend(rest);
+    }
+    Ok(rows)
 }
