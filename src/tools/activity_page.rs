@@ -21,7 +21,7 @@ use sea_orm::{
 use super::{
     common::{after_desc_nullable, ListRequest},
     record_counts::{self, KeptTotal},
-    ToolResult,
+    ToolContext, ToolResult,
 };
 
 /// Which last-activity times a list keeps (`activeWithin`, `inactiveFor`).
@@ -42,8 +42,7 @@ impl ActivityRange {
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
 /// `kept` names the trigger-kept total to use when the list has no other filter.
 pub async fn activity_page<E>(
-    db: &DatabaseConnection,
-    organization_id: &str,
+    ctx: &ToolContext,
     req: &ListRequest,
     filter: Condition,
     range: ActivityRange,
@@ -55,6 +54,7 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
+    let db = &ctx.state.db;
     // The filter and the time bounds; on its own it excludes never-active rows only when it
     // has a bound, so `active` says so for the split page.
     let mut bounded = filter.clone();
@@ -93,7 +93,7 @@ where
             return Ok(c.t);
         }
         if let Some(kept) = &kept {
-            return record_counts::read(db, organization_id, kept).await;
+            return record_counts::read(db, &ctx.organization_id, kept).await;
         }
         match (&never, range.before) {
             // Never-active rows and a time bound: two ranges of the activity index, at once.

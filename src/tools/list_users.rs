@@ -117,8 +117,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         bucket: input.stage.map(Stage::as_str),
     });
     let (rows, total) = activity_page::<Entity>(
-        &ctx.state.db,
-        &ctx.organization_id,
+        ctx,
         &req,
         filter,
         range,
