@@ -4,10 +4,9 @@
 //! Written so that each query is a plain range on an `(organization_id, [filter column,]
 //! last_activity_at, id)` index:
 //! - with `inactiveFor` (a time bound that keeps never-active rows), the page reads the
-//!   active rows first and the never-active rows only when the active ones run out, instead
-//!   of one query whose `... OR last_activity_at IS NULL` makes the database walk every
-//!   recently active row;
-//! - `inactiveFor` (which keeps never-active rows) is counted as two ranges, and
+//!   active rows first and the never-active rows only when the active ones run out, and the
+//!   total is counted as those two ranges, instead of one query whose `... OR
+//!   last_activity_at IS NULL` makes the database walk every recently active row;
 //! - the count runs beside the page on another pooled connection, not after it, and comes
 //!   from the trigger-kept counts when the list is filtered by a stage or status alone.
 
@@ -34,8 +33,9 @@ pub struct ActivityRange {
 }
 
 impl ActivityRange {
-    fn keeps_never_active(&self) -> bool {
-        self.since.is_none()
+    /// A time bound that keeps never-active rows: the one case read as two ranges.
+    fn is_split(&self) -> bool {
+        self.before.is_some() && self.since.is_none()
     }
 }
 
@@ -55,8 +55,6 @@ where
     E::Model: Send + Sync,
 {
     let db = &ctx.state.db;
-    // The filter and the time bounds; on its own it excludes never-active rows only when it
-    // has a bound, so `active` says so for the split page.
     let mut bounded = filter.clone();
     if let Some(t) = range.since {
         bounded = bounded.add(activity.gte(t));
@@ -64,14 +62,13 @@ where
     if let Some(t) = range.before {
         bounded = bounded.add(activity.lt(t));
     }
+    // The two ranges of a split list: `bounded` minus its never-active rows, and those.
     let active = bounded.clone().add(activity.is_not_null());
-    let never = range
-        .keeps_never_active()
-        .then(|| filter.clone().add(activity.is_null()));
+    let never = filter.clone().add(activity.is_null());
 
     let want = req.limit + 1;
     let rows = async {
-        if range.before.is_some() && range.keeps_never_active() {
+        if range.is_split() {
             split_page::<E>(db, req, &active, &never, want, activity, id).await
         } else {
             // One range of the activity index (or whatever index the other filters favour):
@@ -95,16 +92,15 @@ where
         if let Some(kept) = &kept {
             return record_counts::read(db, &ctx.organization_id, kept).await;
         }
-        match (&never, range.before) {
-            // Never-active rows and a time bound: two ranges of the activity index, at once.
-            (Some(never), Some(_)) => {
-                let (a, n) = tokio::try_join!(
-                    E::find().filter(active.clone()).count(db),
-                    E::find().filter(never.clone()).count(db)
-                )?;
-                Ok(a + n)
-            }
-            _ => E::find().filter(bounded.clone()).count(db).await,
+        if range.is_split() {
+            // Two ranges of the activity index, counted at once.
+            let (a, n) = tokio::try_join!(
+                E::find().filter(active.clone()).count(db),
+                E::find().filter(never.clone()).count(db)
+            )?;
+            Ok(a + n)
+        } else {
+            E::find().filter(bounded.clone()).count(db).await
         }
     };
     let (rows, total): (ToolResult<Vec<E::Model>>, Result<u64, DbErr>) = tokio::join!(rows, total);
@@ -118,7 +114,7 @@ async fn split_page<E>(
     db: &DatabaseConnection,
     req: &ListRequest,
     active: &Condition,
-    never: &Option<Condition>,
+    never: &Condition,
     want: u64,
     activity: E::Column,
     id: E::Column,
@@ -142,7 +138,7 @@ where
                     ),
                     never.clone(),
                 ),
-                None => (None, never.clone().map(|n| n.add(id.lt(last_id)))),
+                None => (None, never.clone().add(id.lt(last_id))),
             }
         }
     };
@@ -158,9 +154,9 @@ where
         }
         None => Vec::new(),
     };
-    if let Some(cond) = never_from.filter(|_| (rows.len() as u64) < want) {
+    if (rows.len() as u64) < want {
         let rest = E::find()
-            .filter(cond)
+            .filter(never_from)
             .order_by(id, Order::Desc)
             .limit(want - rows.len() as u64)
             .all(db)
