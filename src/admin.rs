@@ -3,7 +3,7 @@
 use chrono::Utc;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, Set, TransactionTrait,
+    IntoActiveModel, QueryFilter, Set,
 };
 use serde::Serialize;
 
@@ -172,7 +172,7 @@ pub async fn create_org(
         .map(|d| normalize_domain(d))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let org_id = uuid::Uuid::new_v4().to_string();
     let now = Utc::now();
     entity::organization::ActiveModel {

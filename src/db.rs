@@ -5,7 +5,8 @@ use std::time::Duration;
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
     sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
-    ConnectOptions, Database, DatabaseConnection,
+    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbErr,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
@@ -31,7 +32,7 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
                 // gets these settings, not just the first.
                 o.journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(10))
+                    .busy_timeout(SQLITE_BUSY_TIMEOUT)
                     .foreign_keys(true)
                     // Reads come from a shared memory map of the file instead of a read() per
                     // page, and each connection keeps up to 16 MiB of pages (default 2 MiB).
@@ -47,6 +48,26 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
     }
     let db = Database::connect(opts).await?;
     Ok(db)
+}
+
+/// How long a SQLite writer waits for the write lock before giving up. Writers queue for it
+/// (one at a time); this bounds the wait behind a long import chunk or a large ingest group.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Begins a transaction that writes. On SQLite it takes the write lock at `BEGIN`
+/// (`BEGIN IMMEDIATE`), waiting up to the busy timeout for it: a deferred transaction that
+/// reads first and writes later fails at once with `SQLITE_BUSY`/`SQLITE_BUSY_SNAPSHOT` when
+/// another connection wrote in between, whatever the timeout, and that failure would reach the
+/// caller as a 5xx. PostgreSQL ignores the mode (row locks and MVCC already handle it).
+pub async fn begin_write<C>(db: &C) -> Result<DatabaseTransaction, DbErr>
+where
+    C: TransactionTrait<Transaction = DatabaseTransaction>,
+{
+    db.begin_with_options(TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..Default::default()
+    })
+    .await
 }
 
 /// Applies pending migrations.

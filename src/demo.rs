@@ -12,9 +12,7 @@ use std::collections::HashMap;
 
 use anyhow::{anyhow, ensure, Result};
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::{
-    ActiveModelTrait, DatabaseConnection, DatabaseTransaction, EntityTrait, Set, TransactionTrait,
-};
+use sea_orm::{ActiveModelTrait, DatabaseConnection, DatabaseTransaction, EntityTrait, Set};
 use serde_json::{json, Value};
 
 use crate::crypto::{mask, SecretBox};
@@ -721,7 +719,7 @@ pub async fn seed(db: &DatabaseConnection, secrets: &SecretBox, org_id: &str) ->
     let now = Utc::now();
     let mut customers = plan_customers(now);
     let records = import_records_of(&customers, now)?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let report = import::import_records(
         &txn,
         org_id,

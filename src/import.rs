@@ -206,7 +206,7 @@ where
     C: TransactionTrait<Transaction = DatabaseTransaction>,
     I: IntoIterator<Item = (usize, Result<ImportRecord, String>)>,
 {
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let mut report = ImportReport::default();
     for (line, record) in records {
         let record = match record {

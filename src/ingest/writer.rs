@@ -3,7 +3,7 @@
 //! fsync-bound commit then serves many requests, and nothing is acknowledged before it is
 //! durable.
 
-use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
+use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{effects, validate::Batch};
@@ -67,7 +67,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>) {
 
 /// Writes batches and their effects in one transaction.
 pub async fn write_group(db: &DatabaseConnection, batches: &[&Batch]) -> Result<Vec<usize>, DbErr> {
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let counts = effects::write_batches(&txn, batches).await?;
     txn.commit().await?;
     Ok(counts)

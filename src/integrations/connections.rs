@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::Expr, ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection,
     DatabaseTransaction, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder,
-    Set, TransactionTrait,
+    Set,
 };
 use serde_json::{json, Map, Value};
 
@@ -269,7 +269,7 @@ async fn lock_organization(
     db: &DatabaseConnection,
     org: &str,
 ) -> IntegrationResult<DatabaseTransaction> {
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     // A no-op write of a non-key column: on PostgreSQL it locks the row without blocking the
     // foreign-key checks of rows that reference the organization (events, users, ...).
     organization::Entity::update_many()

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::{Expr, ExprTrait, LockBehavior, LockType},
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    QueryFilter, QueryOrder, QuerySelect, Set,
 };
 use serde_json::json;
 
@@ -98,7 +98,7 @@ pub async fn claim(
     now: DateTime<Utc>,
 ) -> IntegrationResult<Option<job::Model>> {
     if db.get_database_backend() == DbBackend::Postgres {
-        let txn = db.begin().await?;
+        let txn = crate::db::begin_write(db).await?;
         let claimed = claim_on(&txn, now, true).await?;
         txn.commit().await?;
         Ok(claimed)

@@ -4,7 +4,7 @@ use chrono::Utc;
 use poem_openapi::Object;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, DatabaseConnection, EntityTrait, IntoActiveModel,
-    QueryFilter, QueryOrder, Set, TransactionTrait,
+    QueryFilter, QueryOrder, Set,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -91,7 +91,7 @@ pub async fn update(
 ) -> PlatformResult<AgentChange> {
     ctx.auth.require_write()?;
     validate(&changes)?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
     let mut model = current.into_active_model();
     let mut changed = Vec::new();
@@ -126,7 +126,7 @@ pub async fn disable(
     id: &str,
 ) -> PlatformResult<AgentChange> {
     ctx.auth.require_write()?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
     let was_enabled = current.schedule_enabled;
     let mut model = current.into_active_model();

@@ -7,7 +7,7 @@ use chrono::Utc;
 use poem_openapi::{types::MaybeUndefined, Enum, Object};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -235,7 +235,7 @@ pub async fn enable(
     id: &str,
 ) -> PlatformResult<AutomationChange> {
     ctx.auth.require_write()?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let current = find(&txn, ctx.org(), id).await?;
     let view = view_one(&txn, current).await?;
     let view = if view.automation.enabled {
@@ -278,7 +278,7 @@ pub async fn disable(
     id: &str,
 ) -> PlatformResult<AutomationChange> {
     ctx.auth.require_write()?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let mut current = find(&txn, ctx.org(), id).await?;
     if current.enabled {
         let mut model = current.into_active_model();
@@ -358,7 +358,7 @@ pub async fn create(
     if let Some(key) = &body.key {
         issues.length(&["key"], key, 1, 120);
     }
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     for i in missing_ids(&txn, &org, &body.signal_ids, "signal").await? {
         issues.push(
             vec!["signalIds".into(), PathSegment::from(i)],

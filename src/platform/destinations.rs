@@ -6,7 +6,7 @@ use poem_openapi::{types::MaybeUndefined, Object};
 use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -202,7 +202,7 @@ pub async fn create(
     issues.into_result()?;
 
     let org = ctx.org().to_string();
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let existing: Vec<String> = destination::Entity::find()
         .select_only()
         .column(destination::Column::Key)
@@ -289,7 +289,7 @@ pub async fn update(
     }
     issues.into_result()?;
 
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
     if current.kind != "WEBHOOK_ENDPOINT" {
         return Err(PlatformError::Validation(vec![
@@ -349,7 +349,7 @@ pub async fn disable(
     id: &str,
 ) -> PlatformResult<DestinationChange> {
     ctx.auth.require_write()?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
     let destination = if current.enabled {
         let mut model = current.into_active_model();

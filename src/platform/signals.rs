@@ -4,7 +4,7 @@ use chrono::Utc;
 use poem_openapi::{types::MaybeUndefined, Object};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -189,7 +189,7 @@ pub async fn create(
     ctx.auth.require_write()?;
     validate(&body)?;
     let org = ctx.org().to_string();
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let existing: Vec<String> = signal::Entity::find()
         .select_only()
         .column(signal::Column::Key)
@@ -234,7 +234,7 @@ pub async fn archive(
     id: &str,
 ) -> PlatformResult<SignalChange> {
     ctx.auth.require_write()?;
-    let txn = db.begin().await?;
+    let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
     let signal = if current.archived_at.is_some() {
         current
