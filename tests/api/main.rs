@@ -17,3 +17,4 @@ mod notify;
 mod platform;
 mod search_query;
 mod tools;
+mod write_load;
