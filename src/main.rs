@@ -63,9 +63,10 @@ enum BenchCommand {
         /// Requests in flight at peak load.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
-        /// Measure on this PostgreSQL database (a fresh schema) instead of a temporary SQLite file.
-        #[arg(long)]
-        database_url: Option<String>,
+        /// Measure on this PostgreSQL database (`postgres://...`, in a fresh schema dropped at
+        /// the end) instead of a temporary SQLite file.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
         /// Serving instances on the one database (PostgreSQL only).
         #[arg(long, default_value_t = 1)]
         instances: usize,
@@ -192,13 +193,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Ingest {
             seconds,
             concurrency,
-            database_url,
+            postgres,
             instances,
         }) => {
             custintel::bench_ingest::run(custintel::bench_ingest::BenchOptions {
                 seconds: seconds.max(1),
                 concurrency: concurrency.max(1),
-                database_url,
+                database_url: postgres,
                 instances: instances.max(1),
             })
             .await
@@ -251,6 +252,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 }
+
+/// mimalloc instead of the system allocator: the ingest path allocates many small JSON values
+/// per event, and glibc's malloc/free took about a third of the CPU under load
+/// (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {

@@ -105,6 +105,17 @@ impl poem::error::ResponseError for RequestValidationError {
 
 /// Parses a JSON value into `T`, reporting the path of the first value that does not fit.
 pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, Vec<ValidationIssue>> {
+    parse_from(value)
+}
+
+/// [`parse_value`] from any JSON deserializer, e.g. `&Value` when the caller keeps the value
+/// (no copy of it is made).
+pub fn parse_from<'de, T, D>(value: D) -> Result<T, Vec<ValidationIssue>>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+    D::Error: std::fmt::Display,
+{
     serde_path_to_error::deserialize::<_, T>(value).map_err(|err| {
         let mut path: Vec<PathSegment> = err
             .path()

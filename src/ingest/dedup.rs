@@ -87,11 +87,13 @@ pub struct MemoryWindow {
 impl MemoryWindow {
     pub fn new(window: Duration) -> Self {
         let now = Utc::now();
+        let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
         Self {
-            window: chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1)),
+            window,
             seen: KeyMap::default(),
-            // Offsets from a day before start fit a u32 for a century.
-            epoch: now.timestamp() - 86_400,
+            // Offsets from a day before the oldest time the window can hold at start (what
+            // `load` reads back) fit a u32 for a century.
+            epoch: now.timestamp() - window.num_seconds() - 86_400,
             last_sweep: now,
         }
     }
@@ -290,6 +292,16 @@ mod tests {
         assert!(parse_window("h").is_err());
         assert!(parse_window("").is_err());
         assert!(parse_window("3y").is_err());
+    }
+
+    #[test]
+    fn long_windows_remember_what_arrived_before_start() {
+        let mut w = MemoryWindow::new(Duration::from_secs(7 * 86_400));
+        let now = Utc::now();
+        let k = message_key("org", "m1");
+        w.record([k], now - chrono::Duration::days(5));
+        assert!(w.contains(&k, now));
+        assert!(!w.contains(&k, now + chrono::Duration::days(3)));
     }
 
     #[test]

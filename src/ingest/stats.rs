@@ -67,6 +67,20 @@ impl LagHistogram {
         f64::INFINITY
     }
 
+    /// `<=bound:count` for each non-empty bucket.
+    pub fn describe(&self) -> String {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| match LAG_BUCKETS.get(i) {
+                Some(bound) => format!("<={bound}s:{n}"),
+                None => format!(">{}s:{n}", LAG_BUCKETS[LAG_BUCKETS.len() - 1]),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// What was recorded since `earlier`.
     pub fn since(&self, earlier: &LagHistogram) -> LagHistogram {
         LagHistogram {

@@ -15,7 +15,7 @@ use super::{
     },
     sensitive,
 };
-use crate::request::{parse_value, PathSegment, ValidationIssue};
+use crate::request::{parse_from, PathSegment, ValidationIssue};
 
 /// Most events one request may carry.
 pub const MAX_EVENTS_PER_REQUEST: usize = 100;
@@ -126,13 +126,15 @@ fn describe(issue: &ValidationIssue) -> String {
     }
 }
 
-fn parse<T: DeserializeOwned>(value: Value) -> Result<T, String> {
-    parse_value::<T>(value).map_err(|issues| {
-        issues
-            .first()
-            .map(describe)
-            .unwrap_or_else(|| "invalid".to_string())
-    })
+fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
+    parse_from::<T, _>(value).map_err(|issues| first_issue(&issues))
+}
+
+fn first_issue(issues: &[ValidationIssue]) -> String {
+    issues
+        .first()
+        .map(describe)
+        .unwrap_or_else(|| "invalid".to_string())
 }
 
 /// Trims an identifier; an empty one is absent.
@@ -227,7 +229,9 @@ pub fn validate_batch(
             )));
         }
     }
-    let raw: RawBatch = parse(value).map_err(RequestRejected)?;
+    // By value: the events move into the batch instead of being copied.
+    let raw: RawBatch =
+        parse_from::<RawBatch, _>(value).map_err(|issues| RequestRejected(first_issue(&issues)))?;
     let source = raw.source.unwrap_or(EventSource::Client);
     let visitor_id = match clean(raw.visitor_id) {
         Some(v) => match uuid::Uuid::parse_str(&v) {
@@ -336,16 +340,17 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
         Some(_) => return Err("`type` must be a string".into()),
         None => return Err("`type` is required".into()),
     };
-    let object = Value::Object(map.clone());
+    // The typed view borrows the event; what is left of the map becomes its `data`.
+    let object = Value::Object(map);
     let is_server = ctx.source != EventSource::Client;
     let (kind, common, event_name, effect): (&'static str, Common, Option<String>, Effect) =
         match event_type.as_str() {
             "pageview" => {
-                let e: PageviewEvent = parse(object)?;
+                let e: PageviewEvent = parse(&object)?;
                 ("pageview", common!(e), None, Effect::None)
             }
             "custom" => {
-                let e: CustomEvent = parse(object)?;
+                let e: CustomEvent = parse(&object)?;
                 let name = e.event_name.trim().to_string();
                 if name.is_empty() {
                     return Err("`eventName` must not be empty".into());
@@ -391,11 +396,11 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
                 ("custom", common!(e), Some(name), effect)
             }
             "form" => {
-                let e: FormEvent = parse(object)?;
+                let e: FormEvent = parse(&object)?;
                 ("form", common!(e), None, Effect::None)
             }
             "identify" => {
-                let e: IdentifyEvent = parse(object)?;
+                let e: IdentifyEvent = parse(&object)?;
                 let email = clean_email("email", e.email.clone())?;
                 let user_id = clean(e.user_id.clone());
                 let customer_id = clean(e.customer_id.clone());
@@ -414,7 +419,7 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
                 ("identify", common!(e), None, effect)
             }
             "engagement" => {
-                let e: EngagementEvent = parse(object)?;
+                let e: EngagementEvent = parse(&object)?;
                 for (field, v) in [
                     ("activeTimeMs", e.active_time_ms),
                     ("totalTimeMs", e.total_time_ms),
@@ -437,7 +442,7 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
                 ("engagement", common!(e), None, effect)
             }
             "calendar" => {
-                let e: CalendarEvent = parse(object)?;
+                let e: CalendarEvent = parse(&object)?;
                 for (field, v) in [("startTime", &e.start_time), ("endTime", &e.end_time)] {
                     if let Some(t) = v {
                         DateTime::parse_from_rfc3339(t).map_err(|_| {
@@ -456,11 +461,11 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
                 ("calendar", common!(e), None, Effect::None)
             }
             "stage" => {
-                let e: StageEvent = parse(object)?;
+                let e: StageEvent = parse(&object)?;
                 ("stage", common!(e), None, Effect::Stage(e.stage))
             }
             "billing" => {
-                let e: BillingEvent = parse(object)?;
+                let e: BillingEvent = parse(&object)?;
                 let customer_id = clean(e.customer_id.clone());
                 let stripe_customer_id = clean(e.stripe_customer_id.clone());
                 check_len("customerId", &customer_id)?;
@@ -508,7 +513,9 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
                 .ok_or_else(|| "`timestamp` is out of range".to_string())?
         }
     };
-    let mut data = map;
+    let Value::Object(mut data) = object else {
+        return Err("an event must be a JSON object".into());
+    };
     for field in COLUMN_FIELDS {
         data.remove(field);
     }

@@ -38,11 +38,9 @@ pub async fn spawn(backend: Backend) -> Option<TestApp> {
     spawn_with(backend, Default::default()).await
 }
 
-/// [`spawn`] with chosen integration settings (e.g. a fake Stripe API base).
-pub async fn spawn_with(
-    backend: Backend,
-    integrations: custintel::integrations::IntegrationsConfig,
-) -> Option<TestApp> {
+/// A fresh, migrated database of `backend` (a temp SQLite file, or a new schema of
+/// `TEST_DATABASE_URL`); `None` when PostgreSQL is not configured.
+pub async fn fresh_db(backend: Backend) -> Option<(DatabaseConnection, Option<tempfile::TempDir>)> {
     let (db, tmp) = match backend {
         Backend::Sqlite => {
             let tmp = tempfile::tempdir().expect("tempdir");
@@ -65,6 +63,31 @@ pub async fn spawn_with(
         }
     };
     db::migrate(&db).await.expect("migrate");
+    Some((db, tmp))
+}
+
+/// The state a server would get, over a fresh database, with no server (and so no background
+/// task such as the ingest applier) running.
+pub async fn state_without_server(
+    backend: Backend,
+) -> Option<(AppState, Option<tempfile::TempDir>)> {
+    let (db, tmp) = fresh_db(backend).await?;
+    let state = AppState {
+        db: db.clone(),
+        secrets: SecretBox::from_key(&[7u8; 32]),
+        public_url: "http://127.0.0.1:0".into(),
+        integrations: Default::default(),
+        search: custintel::search::SearchIndex::new(db).expect("search index"),
+    };
+    Some((state, tmp))
+}
+
+/// [`spawn`] with chosen integration settings (e.g. a fake Stripe API base).
+pub async fn spawn_with(
+    backend: Backend,
+    integrations: custintel::integrations::IntegrationsConfig,
+) -> Option<TestApp> {
+    let (db, tmp) = fresh_db(backend).await?;
     let state = AppState {
         db: db.clone(),
         secrets: SecretBox::from_key(&[7u8; 32]),
@@ -117,6 +140,21 @@ macro_rules! db_test {
 }
 
 impl TestApp {
+    /// Starts another serving instance on the same database (its own ingest writer, applier
+    /// and background tasks, as a second process would have); answers its base URL.
+    pub async fn another_instance(&self) -> String {
+        let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            custintel::server::serve(state, "127.0.0.1:0", move |addr| {
+                let _ = tx.send(addr);
+            })
+            .await
+            .expect("second server");
+        });
+        format!("http://{}", rx.await.expect("bound address"))
+    }
+
     /// Waits until the ingest applier has applied every acknowledged batch, so the events'
     /// effects (users, customers, resolved ids) are visible.
     pub async fn settle(&self) {

@@ -962,3 +962,206 @@ db_test!(sent_at_corrects_client_clock, |app: TestApp| async move {
         row.occurred_at.timestamp_millis()
     );
 });
+
+/// Runs `svc_query` through the gateway.
+async fn query(app: &TestApp, key: &str, sql: &str) -> Value {
+    let r = app
+        .post(
+            "/api/tools/call",
+            "/api/tools/call",
+            key,
+            Some(json!({"tool": "svc_query", "input": {"sql": sql}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body
+}
+
+// Read-your-writes: an acknowledged event is in the `events` view as soon as the answer
+// arrives, whether or not its effects have been applied yet.
+db_test!(
+    acknowledged_events_are_visible_at_once,
+    |app: TestApp| async move {
+        let org = app.org("Visible Co").await;
+        let other = app.org("Other Co").await;
+        for round in 0..5 {
+            let ids: Vec<String> = (0..20).map(|i| format!("r{round}-m{i}")).collect();
+            let events: Vec<Value> = ids
+                .iter()
+                .map(|id| {
+                    page(
+                        "custom",
+                        json!({"eventName": "seat_added", "messageId": id}),
+                    )
+                })
+                .collect();
+            let resp = app
+                .client
+                .post(format!("{}/api/i/v1/{}/events", app.base, org.public_key))
+                .json(&json!({"visitorId": VISITOR, "events": events}))
+                .send()
+                .await
+                .expect("ingest");
+            assert_eq!(resp.status().as_u16(), 200);
+            let body = query(
+                &app,
+                &org.api_key,
+                &format!("SELECT count(*) FROM events WHERE message_id LIKE 'r{round}-%'"),
+            )
+            .await;
+            assert_eq!(body["rows"][0][0], 20, "round {round}: {body}");
+        }
+        // Another organization sees none of them, journaled or applied.
+        let body = query(&app, &other.api_key, "SELECT count(*) FROM events").await;
+        assert_eq!(body["rows"][0][0], 0, "{body}");
+    }
+);
+
+// The journaled half of the `events` view on its own: with no applier running, a journaled
+// batch shows in the view with every column (resolved ids still null), for its organization
+// only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_events_fill_every_view_column() {
+    for backend in [
+        crate::helpers::Backend::Sqlite,
+        crate::helpers::Backend::Postgres,
+    ] {
+        let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+            continue;
+        };
+        let mut orgs = Vec::new();
+        for name in ["Journal Co", "Bystander Co"] {
+            orgs.push(
+                admin::create_org(
+                    &state.db,
+                    NewOrganization {
+                        name: name.into(),
+                        plan: Plan::Pro,
+                        api_call_limit: None,
+                        connection_limit: None,
+                        ingest_rate_limit: None,
+                        tracking_domains: vec![],
+                    },
+                )
+                .await
+                .expect("org"),
+            );
+        }
+        let body = json!({"visitorId": VISITOR, "events": [
+            page("custom", json!({"eventName": "seat_added", "messageId": "j1",
+                                  "timestamp": 1_790_000_000_123i64,
+                                  "properties": {"seats": 3}})),
+        ]});
+        let (batch, errors) = custintel::ingest::validate::validate_batch(
+            &orgs[0].organization_id,
+            body.to_string().as_bytes(),
+            chrono::Utc::now(),
+        )
+        .expect("valid batch");
+        assert!(errors.is_empty());
+        custintel::ingest::journal::append(&state.db, &[&batch])
+            .await
+            .expect("journal");
+        let ctx = |org: &str| custintel::tools::ToolContext {
+            state: state.clone(),
+            organization_id: org.to_string(),
+        };
+        let sql = "SELECT id, message_id, type, event_name, visitor_id, user_id, customer_id, \
+                   url, path, occurred_at, received_at, data FROM events";
+        let answer = custintel::tools::call(
+            ctx(&orgs[0].organization_id),
+            "svc_query",
+            Some(json!({ "sql": sql })),
+        )
+        .await
+        .expect("query");
+        let row = &answer["rows"][0];
+        assert_eq!(answer["rowCount"], 1, "{backend:?}: {answer}");
+        assert_eq!(row[0], json!(batch.events[0].id));
+        assert_eq!(row[1], "j1");
+        assert_eq!(row[2], "custom");
+        assert_eq!(row[3], "seat_added");
+        assert_eq!(row[4], VISITOR);
+        assert_eq!(row[5], Value::Null);
+        assert_eq!(row[6], Value::Null);
+        assert_eq!(row[7], "https://app.example.com/pricing");
+        assert_eq!(row[8], "/pricing");
+        assert_eq!(row[9], "2026-09-21T14:13:20.123Z", "{backend:?}");
+        assert!(
+            row[10]
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z') && t.len() == 24),
+            "{backend:?}: received_at {}",
+            row[10]
+        );
+        let data: Value = serde_json::from_str(row[11].as_str().expect("data text")).expect("json");
+        assert_eq!(data["properties"]["seats"], 3, "{backend:?}: {data}");
+        let answer = custintel::tools::call(
+            ctx(&orgs[1].organization_id),
+            "svc_query",
+            Some(json!({ "sql": "SELECT count(*) FROM events" })),
+        )
+        .await
+        .expect("query");
+        assert_eq!(answer["rows"][0][0], 0, "{backend:?}: {answer}");
+    }
+}
+
+// PostgreSQL behind a load balancer: two instances on one database. Every batch is sent to
+// both at once by concurrent clients; each event is stored once, with its effects, whichever
+// instance acknowledged it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_store_each_event_once_postgres() {
+    let Some(app) = crate::helpers::spawn(crate::helpers::Backend::Postgres).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let second = app.another_instance().await;
+    let org = app.org("Two Instances Co").await;
+    let bases = [app.base.clone(), second];
+    let mut tasks = Vec::new();
+    for client_no in 0..8 {
+        let (client, bases, key) = (app.client.clone(), bases.clone(), org.public_key.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..10 {
+                let events: Vec<Value> = (0..25)
+                    .map(|i| {
+                        json!({"type": "custom", "eventName": "seat_added",
+                               "url": "server://app", "path": "/",
+                               "userId": format!("u-{client_no}"),
+                               "messageId": format!("c{client_no}-b{n}-e{i}")})
+                    })
+                    .collect();
+                let body = json!({"source": "server", "events": events});
+                let sends = bases.iter().map(|base| {
+                    client
+                        .post(format!("{base}/api/i/v1/{key}/events"))
+                        .json(&body)
+                        .send()
+                });
+                for r in futures::future::join_all(sends).await {
+                    let r = r.expect("ingest");
+                    assert_eq!(r.status().as_u16(), 200);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client");
+    }
+    app.settle().await;
+    let events = app.events_of(&org.organization_id).await;
+    let mut seen = std::collections::HashSet::new();
+    for e in &events {
+        let id = e.message_id.clone().expect("message id");
+        assert!(seen.insert(id.clone()), "{id} stored twice");
+        assert!(e.user_id.is_some(), "{id} not linked to its user");
+    }
+    assert_eq!(seen.len(), 8 * 10 * 25);
+    let users = user::Entity::find()
+        .filter(user::Column::OrganizationId.eq(org.organization_id.as_str()))
+        .all(&app.db)
+        .await
+        .expect("users");
+    assert_eq!(users.len(), 8, "one user per client, not one per instance");
+}

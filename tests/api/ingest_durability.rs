@@ -1,13 +1,17 @@
-//! A server killed with SIGKILL under ingest load keeps every event it acknowledged.
+//! A server stopped in the middle of an ingest load, with SIGKILL or with SIGTERM, keeps every
+//! event it acknowledged: after a restart each is stored once with its effects applied, and
+//! repeats of acknowledged batches sent after the restart are not stored again. SIGTERM
+//! additionally exits within 10 s having applied what it acknowledged. On SQLite, and on
+//! PostgreSQL (a throwaway database) when `TEST_DATABASE_URL` is set.
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_custintel");
@@ -47,20 +51,57 @@ async fn wait_healthy(client: &reqwest::Client, port: u16) {
     panic!("server did not become healthy");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_events_survive_sigkill() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/kill.db?mode=rwc", dir.path().display());
+/// A database for one test: a SQLite file in `dir`, or a new PostgreSQL database.
+struct TestDb {
+    url: String,
+    /// PostgreSQL: (server URL, database name) to drop at the end.
+    drop: Option<(String, String)>,
+}
+
+async fn test_db(postgres: bool, dir: &std::path::Path) -> Option<TestDb> {
+    if !postgres {
+        return Some(TestDb {
+            url: format!("sqlite://{}/stop.db?mode=rwc", dir.display()),
+            drop: None,
+        });
+    }
+    let base = std::env::var("TEST_DATABASE_URL").ok()?;
+    let name = format!("custintel_stop_{}", uuid::Uuid::new_v4().simple());
+    let admin = custintel::db::connect(&base, None).await.expect("postgres");
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create database");
+    let server = base.rsplit_once('/').map(|(s, _)| s).unwrap_or(&base);
+    Some(TestDb {
+        url: format!("{server}/{name}"),
+        drop: Some((base.clone(), name)),
+    })
+}
+
+impl TestDb {
+    async fn cleanup(&self) {
+        if let Some((base, name)) = &self.drop {
+            if let Ok(admin) = custintel::db::connect(base, None).await {
+                let _ = admin
+                    .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await;
+            }
+        }
+    }
+}
+
+fn create_org(url: &str) -> String {
     let out = Command::new(BIN)
         .args([
             "admin",
             "create-org",
             "--name",
-            "Kill Co",
+            "Stop Co",
             "--ingest-rate-limit",
             "100000",
         ])
-        .env("DATABASE_URL", &url)
+        .env("DATABASE_URL", url)
         .output()
         .expect("create-org");
     assert!(
@@ -69,87 +110,231 @@ async fn acknowledged_events_survive_sigkill() {
         String::from_utf8_lossy(&out.stderr)
     );
     let created: Value = serde_json::from_slice(&out.stdout).expect("create-org json");
-    let public_key = created["publicKey"]
+    created["publicKey"]
         .as_str()
         .expect("publicKey")
-        .to_string();
+        .to_string()
+}
 
-    let port = free_port();
-    let mut server = serve(&url, port);
-    let client = reqwest::Client::new();
-    wait_healthy(&client, port).await;
+/// A server batch of 50 custom events attributed to one user (so each has an effect: the
+/// user is resolved and the event linked to it).
+fn batch(worker: usize, n: usize) -> (Vec<String>, Value) {
+    let ids: Vec<String> = (0..50).map(|i| format!("w{worker}-b{n}-e{i}")).collect();
+    let events: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            json!({"type": "custom", "eventName": "seat_added", "url": "server://billing",
+                   "path": "/", "userId": format!("u-{worker}"), "messageId": id})
+        })
+        .collect();
+    (ids, json!({"source": "server", "events": events}))
+}
 
-    // Eight clients send batches with unique messageIds and remember what was acknowledged.
-    let acked = Arc::new(Mutex::new(HashSet::<String>::new()));
-    let endpoint = format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
+/// Acknowledged batches: their message ids and bodies.
+type Acked = Arc<Mutex<Vec<(Vec<String>, Value)>>>;
+
+/// Eight clients send batches until the server goes away; answers what was acknowledged.
+fn load(client: &reqwest::Client, endpoint: &str) -> (Acked, Vec<tokio::task::JoinHandle<()>>) {
+    let acked: Acked = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for worker in 0..8 {
-        let (client, endpoint, acked) = (client.clone(), endpoint.clone(), acked.clone());
+        let (client, endpoint, acked) = (client.clone(), endpoint.to_string(), acked.clone());
         tasks.push(tokio::spawn(async move {
             for n in 0.. {
-                let ids: Vec<String> = (0..50).map(|i| format!("w{worker}-b{n}-e{i}")).collect();
-                let events: Vec<Value> = ids
-                    .iter()
-                    .map(|id| json!({"type": "pageview", "url": "https://a.example.com/", "path": "/", "messageId": id}))
-                    .collect();
-                let body = json!({"visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11", "events": events});
+                let (ids, body) = batch(worker, n);
                 match client.post(&endpoint).json(&body).send().await {
                     Ok(r) if r.status().is_success() => {
                         if let Ok(mut a) = acked.lock() {
-                            a.extend(ids);
+                            a.push((ids, body));
                         }
                     }
-                    // The server is gone: stop.
+                    // The server is gone (or going): stop.
                     _ => break,
                 }
             }
         }));
     }
-    // Let load build up, then kill the server without warning.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while acked.lock().map(|a| a.len()).unwrap_or(0) < 20_000 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    (acked, tasks)
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await
+        .expect("count")
+        .expect("a row");
+    row.try_get_by_index::<i64>(0).expect("count value")
+}
+
+/// Every acknowledged event is stored once, linked to its user, and nothing is left in the
+/// journal.
+async fn check_stored_once(db: &DatabaseConnection, acked: &[(Vec<String>, Value)]) {
+    assert_eq!(
+        count(db, "SELECT count(*) FROM ingest_journal").await,
+        0,
+        "journaled batches left unapplied"
+    );
+    let backend = db.get_database_backend();
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            backend,
+            "SELECT message_id, count(*), count(user_id) FROM events GROUP BY message_id",
+        ))
+        .await
+        .expect("events");
+    let mut stored: HashMap<String, (i64, i64)> = HashMap::new();
+    for row in rows {
+        let id: Option<String> = row.try_get_by_index(0).expect("message_id");
+        let n: i64 = row.try_get_by_index(1).expect("count");
+        let linked: i64 = row.try_get_by_index(2).expect("linked");
+        if let Some(id) = id {
+            stored.insert(id, (n, linked));
+        }
     }
-    server.kill().expect("SIGKILL"); // Child::kill sends SIGKILL on Unix.
-    let _ = server.wait();
+    let mut missing = Vec::new();
+    for (ids, _) in acked {
+        for id in ids {
+            match stored.get(id) {
+                Some((1, 1)) => {}
+                Some((n, linked)) => {
+                    panic!("{id}: stored {n} times, {linked} linked to its user (want 1 and 1)")
+                }
+                None => missing.push(id.clone()),
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged events lost, e.g. {:?}",
+        missing.len(),
+        acked.len() * 50,
+        &missing[..missing.len().min(5)]
+    );
+    assert_eq!(
+        count(db, "SELECT count(*) FROM users").await,
+        8,
+        "one user per client"
+    );
+}
+
+enum Stop {
+    Kill,
+    Term,
+}
+
+async fn stop_mid_load(stop: Stop, postgres: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(tdb) = test_db(postgres, dir.path()).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let public_key = create_org(&tdb.url);
+    let port = free_port();
+    let mut server = serve(&tdb.url, port);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, port).await;
+    let endpoint = format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
+    let (acked, tasks) = load(&client, &endpoint);
+
+    // Let load build up (and the applier fall behind), then stop the server.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while acked.lock().map(|a| a.len()).unwrap_or(0) < 300 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match stop {
+        Stop::Kill => {
+            server.kill().expect("SIGKILL"); // Child::kill sends SIGKILL on Unix.
+            let _ = server.wait();
+        }
+        Stop::Term => {
+            let signalled = Instant::now();
+            // SAFETY: sending a signal to our own child process by its pid.
+            let rc = unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+            assert_eq!(rc, 0, "SIGTERM could not be sent");
+            let status = loop {
+                if let Some(status) = server.try_wait().expect("wait") {
+                    break status;
+                }
+                assert!(
+                    signalled.elapsed() < Duration::from_secs(10),
+                    "serve did not exit within 10 s of SIGTERM"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            assert!(status.success(), "serve exited with {status} on SIGTERM");
+        }
+    }
     for t in tasks {
         let _ = t.await;
     }
     let acked = acked.lock().map(|a| a.clone()).unwrap_or_default();
     assert!(
-        acked.len() >= 1_000,
-        "too little load before the kill: {}",
+        acked.len() >= 20,
+        "too little load before the stop: {} batches",
         acked.len()
     );
 
-    // Restart (recovery runs on open), then check every acknowledged event is stored.
-    let mut restarted = serve(&url, port);
+    let db = custintel::db::connect(&tdb.url, None).await.expect("db");
+    if matches!(stop, Stop::Term) {
+        // A clean stop applied everything it acknowledged before exiting.
+        check_stored_once(&db, &acked).await;
+    }
+
+    // Restart: the journal is applied, the messageId window is rebuilt.
+    let mut restarted = serve(&tdb.url, port);
     wait_healthy(&client, port).await;
-    let db = custintel::db::connect(&url, None).await.expect("db");
-    let stored: HashSet<String> = entity::event::Entity::find()
-        .select_only()
-        .column(entity::event::Column::MessageId)
-        .filter(entity::event::Column::MessageId.is_not_null())
-        .into_tuple::<Option<String>>()
-        .all(&db)
-        .await
-        .expect("events")
-        .into_iter()
-        .flatten()
-        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&db, "SELECT count(*) FROM ingest_journal").await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "journal not applied after restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check_stored_once(&db, &acked).await;
+
+    // Clients retry after the restart: repeats are acknowledged and dropped.
+    let sample: Vec<&(Vec<String>, Value)> = acked.iter().step_by(3).take(100).collect();
+    for (_, body) in &sample {
+        let r = client
+            .post(&endpoint)
+            .json(body)
+            .send()
+            .await
+            .expect("retry");
+        assert_eq!(r.status().as_u16(), 200);
+        let answer: Value = r.json().await.expect("retry answer");
+        assert_eq!(answer["processed"], 50);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&db, "SELECT count(*) FROM ingest_journal").await > 0 {
+        assert!(Instant::now() < deadline, "journal not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check_stored_once(&db, &acked).await;
     let _ = restarted.kill();
     let _ = restarted.wait();
-    let missing: Vec<&String> = acked.iter().filter(|id| !stored.contains(*id)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} acknowledged events lost, e.g. {:?}",
-        missing.len(),
-        acked.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
-    );
-    eprintln!(
-        "{} acknowledged events all stored ({} stored in total)",
-        acked.len(),
-        stored.len()
-    );
+    eprintln!("{} acknowledged batches each stored once", acked.len());
+    drop(db);
+    tdb.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_keeps_every_acknowledged_event_sqlite() {
+    stop_mid_load(Stop::Kill, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_keeps_every_acknowledged_event_postgres() {
+    stop_mid_load(Stop::Kill, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_applies_what_it_acknowledged_sqlite() {
+    stop_mid_load(Stop::Term, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_applies_what_it_acknowledged_postgres() {
+    stop_mid_load(Stop::Term, true).await;
 }
