@@ -355,6 +355,8 @@ db_test!(
             .await,
             all.automations.len()
         );
+        // Acknowledged events are stored by the applier behind the answer.
+        app.settle().await;
         let unique: HashSet<&String> = all.message_ids.iter().collect();
         assert_eq!(unique.len(), all.message_ids.len());
         assert_eq!(
