@@ -211,15 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Import { org, file } => {
             let db = open_db(&url).await?;
-            let text = if file == "-" {
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-                text
-            } else {
-                std::fs::read_to_string(&file)
-                    .map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?
-            };
-            let report = custintel::import::import_file(&db, &org, &text).await?;
+            let report = custintel::import::import_file(&db, &org, &file).await?;
             print_json(&report)?;
             if !report.rejected.is_empty() {
                 std::process::exit(1);

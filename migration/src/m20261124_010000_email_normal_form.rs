@@ -142,7 +142,12 @@ impl MigrationTrait for Migration {
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         // The normal form stays: the original spelling of an email is not kept anywhere.
         manager
-            .drop_index(Index::drop().name(FACTS_BY_SOURCE).table("facts").to_owned())
+            .drop_index(
+                Index::drop()
+                    .name(FACTS_BY_SOURCE)
+                    .table("facts")
+                    .to_owned(),
+            )
             .await
     }
 }
