@@ -125,7 +125,9 @@ fn write_book(path: &std::path::Path, a: &ImportBenchArgs) -> Result<usize> {
     }
     for s in 0..a.sources {
         let c = s % customers;
-        let body: Vec<&str> = (0..40).map(|k| WORDS[(s * 7 + k * 3) % WORDS.len()]).collect();
+        let body: Vec<&str> = (0..40)
+            .map(|k| WORDS[(s * 7 + k * 3) % WORDS.len()])
+            .collect();
         line(
             &mut out,
             json!({"kind": "source", "sourceType": SOURCE_TYPES[s % SOURCE_TYPES.len()],
@@ -206,15 +208,19 @@ async fn client_loop(
             1 => http
                 .post(format!("{base}/api/signals"))
                 .bearer_auth(&api_key)
-                .json(&json!({"kind": "EVENT_MATCH", "name": format!("Signal {tag}"),
+                .json(
+                    &json!({"kind": "EVENT_MATCH", "name": format!("Signal {tag}"),
                     "definition": {"grain": "user", "subjectResolver": "email",
                     "eventNames": [format!("ev_{tag}")], "propertyConditions": [],
-                    "conditionMode": "ALL"}})),
+                    "conditionMode": "ALL"}}),
+                ),
             _ => http
                 .post(format!("{base}/api/destinations"))
                 .bearer_auth(&api_key)
-                .json(&json!({"type": "WEBHOOK_ENDPOINT", "name": format!("Hook {tag}"),
-                    "url": "https://hooks.example.com/x"})),
+                .json(
+                    &json!({"type": "WEBHOOK_ENDPOINT", "name": format!("Hook {tag}"),
+                    "url": "https://hooks.example.com/x"}),
+                ),
         };
         let started = Instant::now();
         let status = request.send().await.map(|r| r.status());
@@ -347,7 +353,9 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         serde_json::to_string(&report.imported)?,
         report.rejected.len()
     );
-    let mut seen = seen.lock().map_err(|_| anyhow::anyhow!("a client panicked"))?;
+    let mut seen = seen
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a client panicked"))?;
     for (name, s) in ["ingest (10 events)", "create signal", "create destination"]
         .iter()
         .zip(seen.iter_mut())

@@ -18,6 +18,7 @@
 use std::{
     collections::{BTreeSet, HashMap},
     io::BufRead,
+    time::Instant,
 };
 
 use chrono::{DateTime, Utc};
@@ -397,11 +398,15 @@ async fn write_chunk<C>(
 where
     C: TransactionTrait<Transaction = DatabaseTransaction>,
 {
+    let waited = Instant::now();
     let txn = crate::db::begin_write(db)
         .await
         .map_err(WriteError::Begin)?;
+    let began = Instant::now();
+    let mut looked_up = began;
     let written = async {
         let mut rows = ChunkRows::load(&txn, org, records).await?;
+        looked_up = Instant::now();
         let mut outcome = ChunkOutcome::default();
         for (line, record) in records {
             match rows.apply(record) {
@@ -415,7 +420,16 @@ where
     .await;
     match written {
         Ok(outcome) => {
+            let wrote = Instant::now();
             txn.commit().await.map_err(WriteError::Write)?;
+            tracing::debug!(
+                lines = records.len(),
+                lock_wait_ms = (began - waited).as_millis() as u64,
+                look_up_ms = (looked_up - began).as_millis() as u64,
+                write_ms = (wrote - looked_up).as_millis() as u64,
+                commit_ms = wrote.elapsed().as_millis() as u64,
+                "import chunk written"
+            );
             Ok(outcome)
         }
         Err(e) => {
