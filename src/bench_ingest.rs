@@ -1,6 +1,7 @@
-//! `custintel bench ingest`: the Ingest API's throughput, latency and memory, measured
-//! in-process over loopback on a temporary SQLite database, next to the storage ceiling (the
-//! same batches written straight into the same kind of database, same durability, no HTTP).
+//! `custintel bench ingest`: the Ingest API's throughput, latency, effects lag and memory,
+//! measured in-process over loopback on a temporary SQLite database (or a fresh schema of a
+//! PostgreSQL database, with one or more serving instances), next to the physical floor: the
+//! same rows appended to a table without any index, same durability, no HTTP.
 
 use std::{
     sync::{
@@ -18,7 +19,7 @@ use crate::{
     api::AppState,
     crypto::SecretBox,
     db,
-    ingest::{validate, writer},
+    ingest::{dedup, journal, stats, validate},
 };
 
 /// Options of a run.
@@ -28,12 +29,18 @@ pub struct BenchOptions {
     pub seconds: u64,
     /// Requests in flight during the peak-load phase.
     pub concurrency: usize,
+    /// `postgres://...` to measure on PostgreSQL (a fresh schema); SQLite in a temporary
+    /// directory otherwise.
+    pub database_url: Option<String>,
+    /// Serving instances on the one database (PostgreSQL only).
+    pub instances: usize,
 }
 
 /// Visitors the generated traffic comes from.
 const VISITORS: usize = 1_000;
-/// Batches per transaction when measuring the storage ceiling.
-const CEILING_GROUP: usize = 50;
+/// Rows per transaction when measuring the floor (about what one acknowledging group holds at
+/// peak).
+const FLOOR_ROWS_PER_COMMIT: usize = 2_000;
 
 /// A batch of 100 mixed events from one visitor (`seq` picks the visitor), each with a new random message id.
 pub fn batch_body(seq: u64) -> Value {
@@ -122,54 +129,86 @@ async fn temp_db(dir: &std::path::Path, name: &str) -> anyhow::Result<sea_orm::D
 
 async fn create_org(
     conn: &sea_orm::DatabaseConnection,
+    name: &str,
+    rate_limit: i32,
 ) -> anyhow::Result<admin::CreatedOrganization> {
     Ok(admin::create_org(
         conn,
         NewOrganization {
-            name: "Bench".into(),
+            name: name.into(),
             plan: Plan::Enterprise,
             api_call_limit: None,
             connection_limit: None,
-            // The benchmark measures the pipeline, not the limiter.
-            ingest_rate_limit: Some(1_000_000),
+            ingest_rate_limit: Some(rate_limit),
             tracking_domains: vec![],
         },
     )
     .await?)
 }
 
-/// Writes the same batches straight through the writer's transaction code.
-async fn storage_ceiling(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
-    let conn = temp_db(dir, "ceiling.db").await?;
-    let org = create_org(&conn).await?;
+/// The physical floor: the rows the generated batches make, appended through one prepared
+/// statement to a table without any index (not even a primary key), in transactions of
+/// [`FLOOR_ROWS_PER_COMMIT`] rows, same durability as the service. Only the inserts are timed.
+fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
+    let conn = rusqlite::Connection::open(dir.join("floor.db"))?;
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-16384; \
+         PRAGMA temp_store=memory; PRAGMA mmap_size={};
+         CREATE TABLE floor_events (id TEXT, organization_id TEXT, message_id TEXT, \
+         event_type TEXT, event_name TEXT, visitor_id TEXT, user_id TEXT, customer_id TEXT, \
+         url TEXT, path TEXT, occurred_at TEXT, received_at TEXT, data TEXT);",
+        db::SQLITE_MMAP_BYTES
+    ))?;
+    let org = uuid::Uuid::new_v4().to_string();
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut writing = Duration::ZERO;
-    let mut seq = 10_000_000u64;
-    let mut events = 0usize;
+    let mut inserting = Duration::ZERO;
+    let mut rows = 0usize;
+    let mut seq = 50_000_000u64;
     while Instant::now() < deadline {
-        let mut batches = Vec::with_capacity(CEILING_GROUP);
-        for _ in 0..CEILING_GROUP {
+        let mut pending = Vec::with_capacity(FLOOR_ROWS_PER_COMMIT);
+        while pending.len() < FLOOR_ROWS_PER_COMMIT {
             seq += 1;
             let body = serde_json::to_vec(&batch_body(seq))?;
-            let (batch, errors) = validate::validate_batch(&org.organization_id, &body, Utc::now())
+            let (batch, _) = validate::validate_batch(&org, &body, Utc::now())
                 .map_err(|e| anyhow::anyhow!(e.0))?;
-            anyhow::ensure!(errors.is_empty(), "generated events refused: {errors:?}");
-            batches.push(batch);
+            for e in batch.events {
+                pending.push((
+                    e.id,
+                    e.message_id,
+                    e.event_type,
+                    e.event_name,
+                    batch.visitor_id.clone(),
+                    e.url,
+                    e.path,
+                    e.occurred_at.to_rfc3339(),
+                    batch.received_at.to_rfc3339(),
+                    e.data.to_string(),
+                ));
+            }
         }
-        let refs: Vec<&validate::Batch> = batches.iter().collect();
-        // Only the writing is timed: generating and validating the batches is not storage.
         let t = Instant::now();
-        let counts = writer::write_group(&conn, &refs).await?;
-        writing += t.elapsed();
-        events += counts.iter().sum::<usize>();
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut stmt = tx.prepare(
+                "INSERT INTO floor_events VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7, ?8, ?9, ?10, ?11)",
+            )?;
+            for r in &pending {
+                stmt.execute(rusqlite::params![
+                    r.0, org, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9
+                ])?;
+            }
+        }
+        tx.commit()?;
+        inserting += t.elapsed();
+        rows += pending.len();
     }
-    Ok(events as f64 / writing.as_secs_f64().max(1e-9))
+    Ok(rows as f64 / inserting.as_secs_f64().max(1e-9))
 }
 
-/// Drives the endpoint: closed loop with `concurrency` clients, or open loop at `rate`
-/// requests per second when given.
+/// Drives the endpoints (requests spread over `urls` in turn): closed loop with `concurrency`
+/// clients, or open loop at `rate` requests per second when given.
 async fn drive(
-    url: &str,
+    urls: &[String],
     seconds: u64,
     concurrency: usize,
     rate: Option<f64>,
@@ -179,48 +218,61 @@ async fn drive(
         .pool_max_idle_per_host(concurrency * 2)
         .build()
         .unwrap_or_default();
+    let urls: Arc<Vec<String>> = Arc::new(urls.to_vec());
     let latencies = Arc::new(Mutex::new(Vec::<Duration>::new()));
     let accepted = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let deadline = start + Duration::from_secs(seconds);
-    let one = |client: reqwest::Client,
-               url: String,
-               seq: Arc<AtomicU64>,
-               latencies: Arc<Mutex<Vec<Duration>>>,
-               accepted: Arc<AtomicU64>,
-               failures: Arc<AtomicU64>,
-               requests: Arc<AtomicU64>| async move {
-        let n = seq.fetch_add(1, Ordering::Relaxed);
-        let body = serde_json::to_vec(&batch_body(n)).unwrap_or_default();
-        let t = Instant::now();
-        let result = client
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await;
-        let ok = match result {
-            Ok(resp) if resp.status().is_success() => resp
-                .json::<Value>()
-                .await
-                .ok()
-                .and_then(|v| v["processed"].as_u64()),
-            _ => None,
-        };
-        let elapsed = t.elapsed();
-        requests.fetch_add(1, Ordering::Relaxed);
-        match ok {
-            Some(p) => {
-                accepted.fetch_add(p, Ordering::Relaxed);
-                if let Ok(mut l) = latencies.lock() {
-                    l.push(elapsed);
+    let one = {
+        let (client, urls, seq) = (client.clone(), urls.clone(), seq.clone());
+        let (latencies, accepted, failures, requests) = (
+            latencies.clone(),
+            accepted.clone(),
+            failures.clone(),
+            requests.clone(),
+        );
+        move || {
+            let (client, urls, seq) = (client.clone(), urls.clone(), seq.clone());
+            let (latencies, accepted, failures, requests) = (
+                latencies.clone(),
+                accepted.clone(),
+                failures.clone(),
+                requests.clone(),
+            );
+            async move {
+                let n = seq.fetch_add(1, Ordering::Relaxed);
+                let url = &urls[n as usize % urls.len()];
+                let body = serde_json::to_vec(&batch_body(n)).unwrap_or_default();
+                let t = Instant::now();
+                let result = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let ok = match result {
+                    Ok(resp) if resp.status().is_success() => resp
+                        .json::<Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["processed"].as_u64()),
+                    _ => None,
+                };
+                let elapsed = t.elapsed();
+                requests.fetch_add(1, Ordering::Relaxed);
+                match ok {
+                    Some(p) => {
+                        accepted.fetch_add(p, Ordering::Relaxed);
+                        if let Ok(mut l) = latencies.lock() {
+                            l.push(elapsed);
+                        }
+                    }
+                    None => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-            }
-            None => {
-                failures.fetch_add(1, Ordering::Relaxed);
             }
         }
     };
@@ -228,28 +280,10 @@ async fn drive(
     match rate {
         None => {
             for _ in 0..concurrency {
-                let (client, url, seq, lat, acc, fail, req, stop) = (
-                    client.clone(),
-                    url.to_string(),
-                    seq.clone(),
-                    latencies.clone(),
-                    accepted.clone(),
-                    failures.clone(),
-                    requests.clone(),
-                    stop.clone(),
-                );
+                let one = one.clone();
                 tasks.push(tokio::spawn(async move {
-                    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-                        one(
-                            client.clone(),
-                            url.clone(),
-                            seq.clone(),
-                            lat.clone(),
-                            acc.clone(),
-                            fail.clone(),
-                            req.clone(),
-                        )
-                        .await;
+                    while Instant::now() < deadline {
+                        one().await;
                     }
                 }));
             }
@@ -257,25 +291,16 @@ async fn drive(
         Some(per_sec) => {
             let interval = Duration::from_secs_f64(1.0 / per_sec.max(1.0));
             let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             while Instant::now() < deadline {
                 ticker.tick().await;
-                tasks.push(tokio::spawn(one(
-                    client.clone(),
-                    url.to_string(),
-                    seq.clone(),
-                    latencies.clone(),
-                    accepted.clone(),
-                    failures.clone(),
-                    requests.clone(),
-                )));
+                tasks.push(tokio::spawn(one()));
             }
         }
     }
     for t in tasks {
         let _ = t.await;
     }
-    stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed().as_secs_f64();
     let mut lat = latencies.lock().map(|l| l.clone()).unwrap_or_default();
     lat.sort();
@@ -289,17 +314,80 @@ async fn drive(
     }
 }
 
-/// Runs the benchmark and prints its figures.
-pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let conn = temp_db(dir.path(), "bench.db").await?;
-    let org = create_org(&conn).await?;
+fn print_load(label: &str, r: &LoadResult) {
+    println!(
+        "{label}: {:.0} events/s acknowledged, {} requests, {} failed, latency p50 {} ms, p99 {} ms, max {} ms",
+        r.events_per_sec,
+        r.requests,
+        r.failures,
+        ms(r.p50),
+        ms(r.p99),
+        ms(r.max)
+    );
+}
+
+/// Waits until the journal is empty; answers how long that took.
+async fn drain(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    loop {
+        if journal::backlog(conn, None).await?.batches == 0 {
+            return Ok(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn applied_total() -> u64 {
+    stats::stats().applied.load(Ordering::Relaxed)
+}
+
+/// The database the run uses: a temporary SQLite file, or a fresh schema of PostgreSQL.
+async fn open(
+    options: &BenchOptions,
+    dir: &std::path::Path,
+) -> anyhow::Result<(sea_orm::DatabaseConnection, String, Option<String>)> {
+    match &options.database_url {
+        Some(url) if url.starts_with("postgres") => {
+            let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+            let admin_conn = db::connect(url, None).await?;
+            sea_orm::ConnectionTrait::execute_unprepared(
+                &admin_conn,
+                &format!("CREATE SCHEMA {schema}"),
+            )
+            .await?;
+            let conn = db::connect(url, Some(&schema)).await?;
+            db::migrate(&conn).await?;
+            Ok((
+                conn,
+                format!("PostgreSQL ({url}, schema {schema})"),
+                Some(schema),
+            ))
+        }
+        Some(other) => anyhow::bail!("--database-url must be postgres://... (got {other})"),
+        None => Ok((
+            temp_db(dir, "bench.db").await?,
+            "SQLite (WAL, synchronous=NORMAL)".into(),
+            None,
+        )),
+    }
+}
+
+/// Starts a serving instance on its own connection pool; answers its address.
+async fn start_instance(
+    options: &BenchOptions,
+    conn: sea_orm::DatabaseConnection,
+    schema: Option<&str>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let conn = match (&options.database_url, schema) {
+        (Some(url), Some(schema)) => db::connect(url, Some(schema)).await?,
+        _ => conn,
+    };
     let state = AppState {
         db: conn.clone(),
         secrets: SecretBox::from_key(&[0u8; 32]),
         public_url: "http://127.0.0.1".into(),
         integrations: Default::default(),
-        search: crate::search::SearchIndex::new(conn.clone())?,
+        search: crate::search::SearchIndex::new(conn)?,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
@@ -308,8 +396,47 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         })
         .await;
     });
-    let addr = rx.await?;
-    let url = format!("http://{addr}/api/i/v1/{}/events", org.public_key);
+    Ok(rx.await?)
+}
+
+/// The in-memory `messageId` window's cost: bytes per million messages and time per check
+/// and record.
+fn window_cost() -> (f64, f64) {
+    let mut window = dedup::MemoryWindow::new(Duration::from_secs(86_400));
+    let n = 1_000_000u64;
+    let now = Utc::now();
+    let t = Instant::now();
+    for i in 0..n {
+        let key = dedup::message_key("org", &format!("{i:032x}"));
+        if !window.contains(&key, now) {
+            window.record([key], now);
+        }
+    }
+    let per_event_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    (window.memory_bytes() as f64, per_event_ns)
+}
+
+/// Runs the benchmark and prints its figures.
+pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (conn, label, schema) = open(&options, dir.path()).await?;
+    let instances = if schema.is_some() {
+        options.instances.max(1)
+    } else {
+        1
+    };
+    let org = create_org(&conn, "Bench", 1_000_000).await?;
+    let mut addrs = Vec::new();
+    for _ in 0..instances {
+        addrs.push(start_instance(&options, conn.clone(), schema.as_deref()).await?);
+    }
+    let urls_for = |public_key: &str| -> Vec<String> {
+        addrs
+            .iter()
+            .map(|a| format!("http://{a}/api/i/v1/{public_key}/events"))
+            .collect()
+    };
+    let urls = urls_for(&org.public_key);
 
     // Memory over time, sampled once a second for the whole run.
     // Total RSS includes the SQLite file pages mapped by `mmap_size` (page cache, shared with
@@ -334,52 +461,112 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     };
 
     println!(
-        "custintel bench ingest: SQLite (WAL, synchronous=NORMAL), batches of 100 mixed events, {} s per phase, concurrency {}",
+        "custintel bench ingest: {label}, {instances} instance(s), batches of 100 mixed events with random (v4) messageIds, {} s per phase, concurrency {}",
         options.seconds, options.concurrency
     );
-    let ceiling_secs = options.seconds.clamp(3, 10);
-    let ceiling = storage_ceiling(dir.path(), ceiling_secs).await?;
-    println!("storage ceiling (same batches, writer's transactions of {CEILING_GROUP} batches, no HTTP): {ceiling:.0} events/s");
+    let (window_bytes, window_ns) = window_cost();
+    println!(
+        "messageId window (in memory, SQLite): {:.1} MiB per million messages, {window_ns:.0} ns per event (check + record)",
+        window_bytes / 1_048_576.0
+    );
+    let floor_secs = options.seconds.clamp(3, 10);
+    let floor_dir = dir.path().to_path_buf();
+    let floor_rate = tokio::task::spawn_blocking(move || floor(&floor_dir, floor_secs)).await??;
+    println!(
+        "physical floor (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same durability, no HTTP): {floor_rate:.0} rows/s"
+    );
 
     let seq = Arc::new(AtomicU64::new(0));
     // Warm-up: connections, caches, the writer task.
-    let _ = drive(&url, 1, options.concurrency, None, seq.clone()).await;
+    let _ = drive(&urls, 1, options.concurrency, None, seq.clone()).await;
+    drain(&conn).await?;
+
+    // 1. Peak: closed loop, as many acknowledged events as the service takes.
+    let applied_before = applied_total();
     let peak = drive(
-        &url,
+        &urls,
         options.seconds,
         options.concurrency,
         None,
         seq.clone(),
     )
     .await;
+    let applied_during = applied_total() - applied_before;
+    print_load("peak (closed loop)", &peak);
+    let backlog = journal::backlog(&conn, None).await?;
     println!(
-        "peak load: {:.0} events/s accepted ({:.0}% of the storage ceiling), {} requests, {} failed, latency p50 {} ms, p99 {} ms, max {} ms",
-        peak.events_per_sec,
-        100.0 * peak.events_per_sec / ceiling.max(1.0),
-        peak.requests,
-        peak.failures,
-        ms(peak.p50),
-        ms(peak.p99),
-        ms(peak.max)
+        "  acknowledged / floor: {:.2}; effects applied meanwhile: {:.0} events/s; backlog at the end: {} events",
+        peak.events_per_sec / floor_rate.max(1.0),
+        applied_during as f64 / options.seconds as f64,
+        backlog.events
     );
-    let half_rate = peak.events_per_sec / 2.0 / 100.0;
-    let half = drive(
-        &url,
+    let before_drain = applied_total();
+    let took = drain(&conn).await?;
+    let drained = applied_total() - before_drain;
+    if drained > 0 {
+        println!(
+            "  backlog applied in {:.1} s: {:.0} events/s with no ingest beside it",
+            took.as_secs_f64(),
+            drained as f64 / took.as_secs_f64().max(1e-9)
+        );
+    }
+
+    // 2. Effects at the spec's rate limit for five organizations: 5 x 100 requests/s of 100
+    //    events offered (50,000 events/s), open loop.
+    let mut five = Vec::new();
+    for i in 0..5 {
+        let o = create_org(&conn, &format!("Bench {i}"), 100).await?;
+        five.extend(urls_for(&o.public_key));
+    }
+    let lag_before = stats::stats().lag();
+    let applied_before = applied_total();
+    let t = Instant::now();
+    let effects = drive(
+        &five,
         options.seconds,
         options.concurrency,
-        Some(half_rate),
+        Some(500.0),
         seq.clone(),
     )
     .await;
-    println!(
-        "half load ({:.0} requests/s offered): {:.0} events/s accepted, {} failed, latency p50 {} ms, p99 {} ms, max {} ms",
-        half_rate,
-        half.events_per_sec,
-        half.failures,
-        ms(half.p50),
-        ms(half.p99),
-        ms(half.max)
+    let offered_secs = t.elapsed().as_secs_f64();
+    let applied_in_phase = applied_total() - applied_before;
+    print_load(
+        "five organizations at 100 requests/s each (open loop)",
+        &effects,
     );
+    let took = drain(&conn).await?;
+    let applied_all = applied_total() - applied_before;
+    let lag = stats::stats().lag().since(&lag_before);
+    println!(
+        "  effects applied: {:.0} events/s during the phase, {:.0} events/s including the {:.1} s drain after it; lag p99 <= {} s",
+        applied_in_phase as f64 / offered_secs,
+        applied_all as f64 / (offered_secs + took.as_secs_f64()),
+        took.as_secs_f64(),
+        lag.quantile_bound(0.99)
+    );
+
+    // 3. 10,000 events/s offered (100 requests/s), open loop: latency and effects lag.
+    let lag_before = stats::stats().lag();
+    let steady = drive(
+        &urls,
+        options.seconds,
+        options.concurrency,
+        Some(100.0),
+        seq.clone(),
+    )
+    .await;
+    drain(&conn).await?;
+    let lag = stats::stats().lag().since(&lag_before);
+    print_load("10,000 events/s offered (open loop)", &steady);
+    println!(
+        "  effects lag (acknowledgement to applied): p50 <= {} s, p99 <= {} s, mean {:.3} s over {} events",
+        lag.quantile_bound(0.50),
+        lag.quantile_bound(0.99),
+        lag.sum_secs / lag.count().max(1) as f64,
+        lag.count()
+    );
+
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
@@ -388,16 +575,37 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         .map(|(t, total, anon)| format!("{t}s:{}/{}MiB", total / 1024, anon / 1024))
         .collect();
     println!("RSS over time (total/anonymous): {}", series.join(" "));
-    let peak_anon = samples.iter().map(|(_, _, anon)| *anon).max().unwrap_or(0);
-    println!("peak anonymous RSS: {} MiB", peak_anon / 1024);
+    let half = samples.len() / 2;
+    let second_half: Vec<u64> = samples[half..].iter().map(|(_, _, a)| *a).collect();
+    if let (Some(lo), Some(hi)) = (second_half.iter().min(), second_half.iter().max()) {
+        println!(
+            "anonymous RSS over the second half: {} to {} MiB",
+            lo / 1024,
+            hi / 1024
+        );
+    }
     println!(
         "peak RSS (VmHWM, server and load generator in one process): {} MiB",
         rss_kib("VmHWM:") / 1024
     );
-    let stored: i64 = {
+    let stored: u64 = {
         use sea_orm::{EntityTrait, PaginatorTrait};
-        entity::event::Entity::find().count(&conn).await? as i64
+        entity::event::Entity::find().count(&conn).await?
     };
-    println!("events stored by the HTTP phases: {stored}");
+    let counters = stats::stats();
+    println!(
+        "events stored: {stored}; journaled {}, repeats dropped {}, applied {}",
+        counters.journaled.load(Ordering::Relaxed),
+        counters.repeats.load(Ordering::Relaxed),
+        counters.applied.load(Ordering::Relaxed)
+    );
+    if let (Some(url), Some(schema)) = (&options.database_url, &schema) {
+        let admin_conn = db::connect(url, None).await?;
+        sea_orm::ConnectionTrait::execute_unprepared(
+            &admin_conn,
+            &format!("DROP SCHEMA {schema} CASCADE"),
+        )
+        .await?;
+    }
     Ok(())
 }

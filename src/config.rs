@@ -26,3 +26,13 @@ pub fn load_secrets(database_url: &str) -> anyhow::Result<SecretBox> {
         &crate::crypto::default_key_file(database_url),
     )
 }
+
+/// The `messageId` de-duplication window (`CUSTINTEL_DEDUP_WINDOW`: `<n>s|m|h|d|w`, default
+/// 24 h); `serve` refuses to start on a malformed value.
+pub fn dedup_window() -> anyhow::Result<std::time::Duration> {
+    match std::env::var("CUSTINTEL_DEDUP_WINDOW") {
+        Ok(v) if !v.trim().is_empty() => crate::ingest::dedup::parse_window(&v)
+            .map_err(|e| anyhow::anyhow!("CUSTINTEL_DEDUP_WINDOW: {e}")),
+        _ => Ok(crate::ingest::dedup::DEFAULT_WINDOW),
+    }
+}

@@ -155,16 +155,61 @@ pub async fn serve(
         state.secrets.clone(),
         std::time::Duration::from_secs(5),
     );
+    let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
+    let applier = crate::ingest::applier::Applier::spawn(state.db.clone(), window);
+    // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
+    // connections, requests in flight answered after their commits, then what was
+    // acknowledged is applied, all within `SHUTDOWN_LIMIT`.
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
     let served = Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(
             app(state),
-            async {
-                let _ = tokio::signal::ctrl_c().await;
+            async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down: answering requests in flight");
+                let _ = stopping_tx.send(tokio::time::Instant::now() + SHUTDOWN_LIMIT);
             },
-            Some(std::time::Duration::from_secs(10)),
+            Some(REQUEST_GRACE),
         )
         .await;
     retries.abort();
+    match stopping.await {
+        Ok(deadline) => {
+            tracing::info!("applying acknowledged events before exit");
+            applier.drain(deadline).await;
+        }
+        Err(_) => applier.abort(),
+    }
     served?;
     Ok(())
+}
+
+/// From the shutdown signal to the process's exit at most.
+pub const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(9);
+/// How long requests in flight may take to finish after the signal.
+const REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ctrl-C or SIGTERM, whichever comes first.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(term) => term,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -135,7 +135,10 @@ pub fn service(state: AppState) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             ingest::IngestApi {
-                ingest: crate::ingest::Ingest::new(state.db.clone()),
+                ingest: crate::ingest::Ingest::new(
+                    state.db.clone(),
+                    crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW),
+                ),
             },
             tools::ToolsApi { state },
         ),

@@ -59,62 +59,21 @@ struct Group {
     customer_activity: HashMap<String, DateTime<Utc>>,
 }
 
-/// Writes batches in the caller's transaction; answers, per batch, how many of its events
-/// are stored (events whose `messageId` was already stored count: they are stored).
-pub async fn write_batches<C: ConnectionTrait>(
-    conn: &C,
-    batches: &[&Batch],
-) -> Result<Vec<usize>, DbErr> {
+/// Stores batches' events and applies their effects in the caller's transaction (the
+/// applier's, which also removes them from the journal). Their `messageId` repeats were
+/// dropped when they were acknowledged.
+pub async fn write_batches<C: ConnectionTrait>(conn: &C, batches: &[&Batch]) -> Result<(), DbErr> {
     let mut group = Group::default();
-    let seen = stored_message_ids(conn, batches).await?;
     // Every visitor and session the group names is loaded here, so a key missing from
     // `group.visitors` / `group.sessions` afterwards is one the database does not have.
     preload_visitors(conn, &mut group, batches).await?;
     preload_sessions(conn, &mut group, batches).await?;
-    let mut claimed: HashSet<(String, String)> = HashSet::new();
-    let mut counts = Vec::with_capacity(batches.len());
     for batch in batches {
-        counts.push(batch.events.len());
-        let fresh: Vec<usize> = batch
-            .events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| match &e.message_id {
-                Some(id) => {
-                    let key = (batch.organization_id.clone(), id.clone());
-                    !seen.contains(&key) && claimed.insert(key)
-                }
-                None => true,
-            })
-            .map(|(i, _)| i)
-            .collect();
-        apply_batch(conn, &mut group, batch, &fresh).await?;
+        apply_batch(conn, &mut group, batch).await?;
     }
     let rows = std::mem::take(&mut group.rows);
     store::insert_events(conn, rows).await?;
-    flush(conn, group).await?;
-    Ok(counts)
-}
-
-async fn stored_message_ids<C: ConnectionTrait>(
-    conn: &C,
-    batches: &[&Batch],
-) -> Result<HashSet<(String, String)>, DbErr> {
-    let mut by_org: HashMap<&str, Vec<String>> = HashMap::new();
-    for batch in batches {
-        let ids = by_org.entry(batch.organization_id.as_str()).or_default();
-        ids.extend(batch.events.iter().filter_map(|e| e.message_id.clone()));
-    }
-    let mut seen = HashSet::new();
-    for (org, ids) in by_org {
-        if ids.is_empty() {
-            continue;
-        }
-        for id in store::existing_message_ids(conn, org, &ids).await? {
-            seen.insert((org.to_string(), id));
-        }
-    }
-    Ok(seen)
+    flush(conn, group).await
 }
 
 /// Keys per `IN (...)` lookup: well under every backend's bound-parameter limit.
@@ -218,18 +177,12 @@ async fn apply_batch<C: ConnectionTrait>(
     conn: &C,
     group: &mut Group,
     batch: &Batch,
-    fresh: &[usize],
 ) -> Result<(), DbErr> {
-    if fresh.is_empty() {
+    let Some(last_event_at) = batch.events.iter().map(|e| e.occurred_at).max() else {
         return Ok(());
-    }
+    };
     let org = batch.organization_id.as_str();
     let now = batch.received_at;
-    let last_event_at = fresh
-        .iter()
-        .map(|&i| batch.events[i].occurred_at)
-        .max()
-        .unwrap_or(now);
 
     // Who the batch is: its explicit identities, else what its visitor is linked to.
     let visitor_key = batch
@@ -277,8 +230,7 @@ async fn apply_batch<C: ConnectionTrait>(
         );
     }
 
-    for &i in fresh {
-        let event = &batch.events[i];
+    for event in &batch.events {
         let mut event_user = user.as_ref().map(|u| u.id.clone());
         let mut event_customer = batch_customer.clone();
         let mut event_visitor = batch.visitor_id.clone();
@@ -431,7 +383,7 @@ async fn apply_batch<C: ConnectionTrait>(
             bump(&mut group.customer_activity, c, event.occurred_at);
         }
         group.rows.push(EventRow {
-            id: store::time_ordered_id(),
+            id: event.id.clone(),
             organization_id: org.to_string(),
             message_id: event.message_id.clone(),
             event_type: event.event_type.to_string(),

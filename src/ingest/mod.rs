@@ -1,11 +1,16 @@
 //! The Ingest API's domain: public keys, rate limits, allowed origins, request bodies,
-//! validation of every event type, identity resolution and the effects on the customer
-//! model, and the group-commit writer. Knows nothing of HTTP responses.
+//! validation of every event type, `messageId` repeats, the acknowledging group-commit writer
+//! (into the journal), and the applier behind it (identity resolution and the effects on the
+//! customer model). Knows nothing of HTTP responses.
 
+pub mod applier;
 pub mod body;
+pub mod dedup;
 pub mod effects;
+pub mod journal;
 pub mod model;
 pub mod sensitive;
+pub mod stats;
 pub mod store;
 pub mod validate;
 pub mod writer;
@@ -97,6 +102,8 @@ pub struct Ingest {
 
 struct Inner {
     db: DatabaseConnection,
+    /// The `messageId` de-duplication window.
+    window: Duration,
     writer: OnceLock<mpsc::Sender<writer::Job>>,
     keys: Mutex<HashMap<String, CachedKey>>,
     /// Requests with keys that name no enabled configuration share one default allowance.
@@ -131,10 +138,13 @@ fn rate_check(limiter: &Limiter, limit: u32) -> Result<RateInfo, IngestError> {
 }
 
 impl Ingest {
-    pub fn new(db: DatabaseConnection) -> Self {
+    /// The Ingest API over `db`, dropping `messageId` repeats within `window`. The applier
+    /// that applies the effects runs beside it ([`applier::Applier`]).
+    pub fn new(db: DatabaseConnection, window: Duration) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
+                window,
                 writer: OnceLock::new(),
                 keys: Mutex::new(HashMap::new()),
                 unknown_keys: limiter(DEFAULT_INGEST_RATE_LIMIT as u32),
@@ -195,7 +205,8 @@ impl Ingest {
         }
     }
 
-    /// Validates a body and stores its valid events; answers once they are committed.
+    /// Validates a body and journals its valid events (repeats dropped); answers once they are
+    /// committed. Their effects follow behind, applied by the applier.
     pub async fn accept(
         &self,
         tracking: &Tracking,
@@ -205,6 +216,9 @@ impl Ingest {
         let (batch, errors) =
             validate::validate_batch(&tracking.organization_id, body, received_at)
                 .map_err(|r| IngestError::BadRequest(r.0))?;
+        stats::stats()
+            .refused
+            .fetch_add(errors.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let processed = if batch.events.is_empty() {
             0
         } else {
@@ -212,7 +226,7 @@ impl Ingest {
             let writer = self
                 .inner
                 .writer
-                .get_or_init(|| writer::spawn(self.inner.db.clone()));
+                .get_or_init(|| writer::spawn(self.inner.db.clone(), self.inner.window));
             writer
                 .send(writer::Job { batch, reply })
                 .await

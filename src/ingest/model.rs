@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 
 use poem_openapi::{Enum, Object, Union};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Where a batch comes from (default `client`); decides which identity fields are required.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize, Serialize)]
 #[oai(rename_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum EventSource {
@@ -203,7 +203,7 @@ tracking_event!(
 
 /// A journey stage set by an event. `discovered` and `signed_up` are inferred from identify
 /// events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize, Serialize)]
 #[oai(rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum StageName {
@@ -224,7 +224,7 @@ tracking_event!(
 );
 
 /// A billing status reported for an account.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize, Serialize)]
 #[oai(rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum BillingEventStatus {

@@ -1,12 +1,9 @@
-//! Writes event rows: multi-row INSERTs, chunked below the databases' bound-parameter limits,
-//! skipping a `messageId` the organization already has.
+//! Writes event rows: multi-row INSERTs, chunked below the databases' bound-parameter limits.
+//! `messageId` repeats never get here: the acknowledging writer drops them (see `dedup`).
 
 use chrono::{DateTime, Utc};
 use entity::event;
-use sea_orm::{
-    sea_query::{OnConflict, Query},
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect,
-};
+use sea_orm::{sea_query::Query, ConnectionTrait, DbErr};
 use serde_json::Value;
 
 /// Columns per event row.
@@ -45,7 +42,15 @@ pub fn time_ordered_id() -> String {
         .to_string()
 }
 
-/// Inserts rows; a row whose (organization, messageId) is already stored is skipped.
+/// The smallest [`time_ordered_id`] of an instant: every id made at or after it sorts after.
+pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or_default();
+    uuid::Builder::from_unix_timestamp_millis(millis, &[0u8; 10])
+        .into_uuid()
+        .to_string()
+}
+
+/// Inserts rows.
 pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
     use event::Column as C;
     let backend = conn.get_database_backend();
@@ -88,33 +93,7 @@ pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) ->
                 .values(values)
                 .map_err(|e| DbErr::Custom(e.to_string()))?;
         }
-        insert.on_conflict(
-            OnConflict::columns([C::OrganizationId, C::MessageId])
-                .do_nothing()
-                .to_owned(),
-        );
         conn.execute_raw(backend.build(&insert)).await?;
     }
     Ok(())
-}
-
-/// Which of these message ids the organization has already stored.
-pub async fn existing_message_ids<C: ConnectionTrait>(
-    conn: &C,
-    organization_id: &str,
-    message_ids: &[String],
-) -> Result<Vec<String>, DbErr> {
-    let mut found = Vec::new();
-    for chunk in message_ids.chunks(500) {
-        let ids: Vec<Option<String>> = event::Entity::find()
-            .select_only()
-            .column(event::Column::MessageId)
-            .filter(event::Column::OrganizationId.eq(organization_id))
-            .filter(event::Column::MessageId.is_in(chunk.iter().cloned()))
-            .into_tuple()
-            .all(conn)
-            .await?;
-        found.extend(ids.into_iter().flatten());
-    }
-    Ok(found)
 }

@@ -23,7 +23,7 @@ pub const MAX_EVENTS_PER_REQUEST: usize = 100;
 const MAX_ID_CHARS: usize = 200;
 
 /// What an event does to the customer model beyond being stored.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Effect {
     None,
     /// A custom event's own attribution fields.
@@ -53,12 +53,16 @@ pub enum Effect {
     },
 }
 
-/// An event that passed validation, ready to store.
-#[derive(Debug, Clone)]
+/// An event that passed validation, ready to store. Serialized (JSON) into the ingest journal
+/// between the acknowledgement and its effects; the `events` view reads pending ones from there
+/// by these field names.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AcceptedEvent {
+    /// The event's id from acceptance on (time-ordered: see `store::time_ordered_id`).
+    pub id: String,
     /// Position in the request's `events`.
     pub index: usize,
-    pub event_type: &'static str,
+    pub event_type: String,
     pub event_name: Option<String>,
     pub message_id: Option<String>,
     pub url: String,
@@ -70,7 +74,7 @@ pub struct AcceptedEvent {
 }
 
 /// A user named by the batch or an event.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct UserRef {
     pub email: Option<String>,
     pub user_id: Option<String>,
@@ -78,14 +82,14 @@ pub struct UserRef {
 }
 
 /// An account named by the batch or an event.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct CustomerRef {
     pub external_id: String,
     pub traits: Map<String, Value>,
 }
 
 /// A validated batch of one organization.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Batch {
     pub organization_id: String,
     pub source: EventSource,
@@ -514,8 +518,9 @@ fn validate_event(ctx: &EventContext, index: usize, value: Value) -> Result<Acce
         }
     }
     Ok(AcceptedEvent {
+        id: super::store::time_ordered_id(),
         index,
-        event_type: kind,
+        event_type: kind.to_string(),
         event_name,
         message_id,
         url: common.url,

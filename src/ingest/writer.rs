@@ -1,32 +1,80 @@
-//! Group commit: one task takes accepted batches from every concurrent request, writes as
-//! many as are waiting in one transaction, commits, and only then answers each request. One
-//! fsync-bound commit then serves many requests, and nothing is acknowledged before it is
-//! durable.
+//! The acknowledging writer (group commit): one task takes accepted batches from every
+//! concurrent request, drops `messageId` repeats within the window, appends what is left to the
+//! journal in one transaction, commits, and only then answers each request. One fsync-bound
+//! commit serves many requests; nothing is acknowledged before it is durable; the effects
+//! follow behind (see `applier`, which finds the journaled batches by itself).
 
-use sea_orm::{DatabaseConnection, DbErr};
+use std::{collections::HashSet, sync::atomic::Ordering::Relaxed, time::Duration};
+
+use chrono::Utc;
+use sea_orm::{DatabaseConnection, DbBackend, DbErr};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{effects, validate::Batch};
+use super::{
+    dedup::{self, MemoryWindow},
+    journal,
+    validate::Batch,
+};
 
 /// Batches that may wait for the writer before senders wait too (backpressure).
 pub const QUEUE_BATCHES: usize = 1_024;
 /// Most events written in one transaction.
-pub const MAX_GROUP_EVENTS: usize = 10_000;
+pub const MAX_GROUP_EVENTS: usize = 20_000;
 
-/// A batch waiting to be written, and where to send how many of its events are stored.
+/// A batch waiting to be written, and where to send how many of its events count as processed.
 pub struct Job {
     pub batch: Batch,
     pub reply: oneshot::Sender<Result<usize, DbErr>>,
 }
 
+/// A job in a group: the batch loses its repeats before it is journaled; the count is what
+/// the request reports (a dropped repeat counts as processed).
+struct Pending {
+    job: Job,
+    processed: usize,
+}
+
+/// How repeats are found: in memory on SQLite (one serving process per file), in the shared
+/// `ingest_message_ids` table on PostgreSQL (every instance sees every claim).
+enum Repeats {
+    Memory(MemoryWindow),
+    Shared(Duration),
+}
+
 /// Starts the writer task on the current runtime; it ends when every sender is dropped.
-pub fn spawn(db: DatabaseConnection) -> mpsc::Sender<Job> {
+pub fn spawn(db: DatabaseConnection, window: Duration) -> mpsc::Sender<Job> {
     let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
-    tokio::spawn(run(db, rx));
+    tokio::spawn(run(db, rx, window));
     tx
 }
 
-async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>) {
+async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Duration) {
+    let mut repeats = match db.get_database_backend() {
+        DbBackend::Postgres => Repeats::Shared(window),
+        _ => {
+            // Requests wait (in the queue) until the window is rebuilt: a repeat of a batch
+            // acknowledged before a restart must still be recognised.
+            let mut memory = MemoryWindow::new(window);
+            let mut delay = Duration::from_millis(200);
+            loop {
+                match memory.load(&db).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not rebuild the messageId window; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                        memory = MemoryWindow::new(window);
+                    }
+                }
+            }
+            tracing::info!(
+                messages = memory.len(),
+                bytes = memory.memory_bytes(),
+                "messageId window loaded"
+            );
+            Repeats::Memory(memory)
+        }
+    };
     while let Some(first) = rx.recv().await {
         let mut events = first.batch.events.len();
         let mut jobs = vec![first];
@@ -39,36 +87,112 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let batches: Vec<&Batch> = jobs.iter().map(|j| &j.batch).collect();
-        match write_group(&db, &batches).await {
-            Ok(counts) => {
-                for (job, count) in jobs.into_iter().zip(counts) {
-                    let _ = job.reply.send(Ok(count));
+        let mut group: Vec<Pending> = jobs
+            .into_iter()
+            .map(|job| Pending {
+                processed: job.batch.events.len(),
+                job,
+            })
+            .collect();
+        match write_group(&db, &mut repeats, &mut group).await {
+            Ok(()) => answer(group, Ok(())),
+            Err(err) if group.len() > 1 => {
+                // One batch must not fail its neighbours: write each on its own. (Dropping
+                // repeats again is harmless: nothing was recorded for the failed group.)
+                tracing::warn!(error = %err, batches = group.len(), "group write failed; retrying batches one by one");
+                for pending in group {
+                    let mut one = vec![pending];
+                    let result = write_group(&db, &mut repeats, &mut one).await;
+                    answer(one, result);
                 }
             }
-            Err(err) if jobs.len() > 1 => {
-                // One batch must not fail its neighbours: write each on its own.
-                tracing::warn!(error = %err, batches = jobs.len(), "group write failed; retrying batches one by one");
-                for job in jobs {
-                    let result = write_group(&db, &[&job.batch])
-                        .await
-                        .map(|counts| counts.into_iter().next().unwrap_or(0));
-                    let _ = job.reply.send(result);
-                }
-            }
-            Err(err) => {
-                for job in jobs {
-                    let _ = job.reply.send(Err(DbErr::Custom(err.to_string())));
-                }
-            }
+            Err(err) => answer(group, Err(err)),
+        }
+        if let Repeats::Memory(memory) = &mut repeats {
+            memory.sweep(Utc::now());
         }
     }
 }
 
-/// Writes batches and their effects in one transaction.
-pub async fn write_group(db: &DatabaseConnection, batches: &[&Batch]) -> Result<Vec<usize>, DbErr> {
+fn answer(group: Vec<Pending>, result: Result<(), DbErr>) {
+    for pending in group {
+        let reply = match &result {
+            Ok(()) => Ok(pending.processed),
+            Err(e) => Err(DbErr::Custom(e.to_string())),
+        };
+        let _ = pending.job.reply.send(reply);
+    }
+}
+
+/// Drops the group's repeats from its batches and journals the rest in one transaction.
+async fn write_group(
+    db: &DatabaseConnection,
+    repeats: &mut Repeats,
+    group: &mut [Pending],
+) -> Result<(), DbErr> {
+    let now = Utc::now();
     let txn = crate::db::begin_write(db).await?;
-    let counts = effects::write_batches(&txn, batches).await?;
+    match repeats {
+        Repeats::Memory(memory) => {
+            let mut in_group = HashSet::new();
+            for pending in group.iter_mut() {
+                retain_fresh(&mut pending.job.batch, |org, id| {
+                    let key = dedup::message_key(org, id);
+                    !memory.contains(&key, now) && in_group.insert(key)
+                });
+            }
+        }
+        Repeats::Shared(window) => {
+            // Distinct messages of the group, first copy wins; the table answers which are new.
+            let mut distinct = HashSet::new();
+            let mut claims = Vec::new();
+            for pending in group.iter() {
+                let batch = &pending.job.batch;
+                for event in &batch.events {
+                    if let Some(id) = &event.message_id {
+                        let key = (batch.organization_id.clone(), id.clone());
+                        if distinct.insert(key.clone()) {
+                            claims.push(key);
+                        }
+                    }
+                }
+            }
+            let mut new = dedup::claim_shared(&txn, &claims, now, *window).await?;
+            for pending in group.iter_mut() {
+                retain_fresh(&mut pending.job.batch, |org, id| {
+                    new.remove(&(org.to_string(), id.to_string()))
+                });
+            }
+        }
+    }
+    let batches: Vec<&Batch> = group.iter().map(|p| &p.job.batch).collect();
+    journal::append(&txn, &batches).await?;
     txn.commit().await?;
-    Ok(counts)
+    let journaled: usize = batches.iter().map(|b| b.events.len()).sum();
+    let received: usize = group.iter().map(|p| p.processed).sum();
+    let counters = super::stats::stats();
+    counters.journaled.fetch_add(journaled as u64, Relaxed);
+    counters
+        .repeats
+        .fetch_add(received.saturating_sub(journaled) as u64, Relaxed);
+    if let Repeats::Memory(memory) = repeats {
+        let keys = batches.iter().flat_map(|b| {
+            b.events.iter().filter_map(|e| {
+                e.message_id
+                    .as_deref()
+                    .map(|m| dedup::message_key(&b.organization_id, m))
+            })
+        });
+        memory.record(keys, now);
+    }
+    Ok(())
+}
+
+/// Keeps the events `is_new` lets through (events without a `messageId` always pass).
+fn retain_fresh(batch: &mut Batch, mut is_new: impl FnMut(&str, &str) -> bool) {
+    let org = batch.organization_id.clone();
+    batch.events.retain(|event| match &event.message_id {
+        Some(id) => is_new(&org, id),
+        None => true,
+    });
 }

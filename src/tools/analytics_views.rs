@@ -184,7 +184,7 @@ pub const VIEWS: &[View] = &[
     View {
         name: "events",
         table: "events",
-        description: "Tracked events accepted by the Ingest API, one row per event.",
+        description: "Tracked events accepted by the Ingest API, one row per event, visible as soon as the Ingest API has answered; user_id and customer_id follow within seconds, when the event's effects are applied.",
         columns: &[
             text("id", "Event id."),
             text("message_id", "The sender's message id; null when none was sent."),
@@ -196,8 +196,8 @@ pub const VIEWS: &[View] = &[
             },
             text("event_name", "Custom event name; null for other types."),
             text("visitor_id", "Browser visitor id; null for server events without one."),
-            text("user_id", "Resolved user (users.id); null when unresolved."),
-            text("customer_id", "Resolved customer (customers.id); null when unresolved."),
+            text("user_id", "Resolved user (users.id); null when unresolved or not resolved yet."),
+            text("customer_id", "Resolved customer (customers.id); null when unresolved or not resolved yet."),
             text("url", "Page URL (server events use server://...)."),
             text("path", "URL path."),
             timestamp("occurred_at", "When the event happened (its timestamp, else receipt time)."),
@@ -234,6 +234,44 @@ pub const VIEWS: &[View] = &[
     },
 ];
 
+/// Where a column of the `events` view comes from for an event still in the ingest journal
+/// (acknowledged, effects not yet applied): the journal row holds the validated batch as JSON.
+enum Pending {
+    /// A field of the journaled event.
+    Event(&'static str),
+    /// A timestamp field of the journaled event.
+    EventTime(&'static str),
+    /// A field of its batch.
+    Batch(&'static str),
+    /// When the batch was received (a column of the journal row).
+    ReceivedAt,
+    /// Resolved by the applier: null until then.
+    Unresolved,
+}
+
+/// The select list of journaled events, in the `events` view's column order.
+fn pending_events_select(expr: impl Fn(Pending) -> String) -> String {
+    let sources = [
+        ("id", Pending::Event("id")),
+        ("message_id", Pending::Event("message_id")),
+        ("type", Pending::Event("event_type")),
+        ("event_name", Pending::Event("event_name")),
+        ("visitor_id", Pending::Batch("visitor_id")),
+        ("user_id", Pending::Unresolved),
+        ("customer_id", Pending::Unresolved),
+        ("url", Pending::Event("url")),
+        ("path", Pending::Event("path")),
+        ("occurred_at", Pending::EventTime("occurred_at")),
+        ("received_at", Pending::ReceivedAt),
+        ("data", Pending::Event("data")),
+    ];
+    sources
+        .into_iter()
+        .map(|(name, source)| format!("{} AS {}", expr(source), quote_ident(name)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn find(name: &str) -> Option<&'static View> {
     VIEWS.iter().find(|v| v.name == name)
 }
@@ -264,29 +302,70 @@ impl View {
     /// SQLite: a TEMP view over `main.<table>` holding one organization's rows (the id is a
     /// literal in the definition, so nothing the caller's SQL does can change it).
     pub fn sqlite_temp_view(&self, organization_id: &str) -> String {
-        format!(
-            "CREATE TEMP VIEW {} AS SELECT {} FROM main.{} AS t WHERE t.organization_id = {}",
+        let org = quote_literal(organization_id);
+        let mut sql = format!(
+            "CREATE TEMP VIEW {} AS SELECT {} FROM main.{} AS t WHERE t.organization_id = {org}",
             quote_ident(self.name),
             self.select_list(Column::sqlite_expr),
             quote_ident(self.table),
-            quote_literal(organization_id),
-        )
+        );
+        if self.name == "events" {
+            sql.push_str(&format!(
+                " UNION ALL SELECT {} FROM main.ingest_journal AS j, \
+                 json_each(j.batch, '$.events') AS e WHERE j.organization_id = {org}",
+                pending_events_select(|field| match field {
+                    Pending::Event(path) => format!("json_extract(e.value, '$.{path}')"),
+                    Pending::EventTime(path) => format!(
+                        "strftime('%Y-%m-%dT%H:%M:%fZ', json_extract(e.value, '$.{path}'))"
+                    ),
+                    Pending::Batch(path) => format!("json_extract(j.batch, '$.{path}')"),
+                    Pending::ReceivedAt => {
+                        "strftime('%Y-%m-%dT%H:%M:%fZ', j.received_at)".to_string()
+                    }
+                    Pending::Unresolved => "NULL".to_string(),
+                }),
+            ));
+        }
+        sql
     }
 
     /// PostgreSQL: a view in `views_schema` over `data_schema.<table>` holding the rows of the
     /// organization registered for the querying backend in `data_schema.query_sessions`
     /// (written by the service, unreadable and unwritable by the query role).
     pub fn postgres_view(&self, views_schema: &str, data_schema: &str) -> String {
-        format!(
-            "CREATE OR REPLACE VIEW {}.{} WITH (security_barrier) AS SELECT {} FROM {}.{} AS t \
-             WHERE t.organization_id = (SELECT s.organization_id FROM {}.query_sessions AS s \
+        let org = format!(
+            "(SELECT s.organization_id FROM {}.query_sessions AS s \
              WHERE s.backend_pid = pg_backend_pid())",
+            quote_ident(data_schema)
+        );
+        let mut sql = format!(
+            "CREATE OR REPLACE VIEW {}.{} WITH (security_barrier) AS SELECT {} FROM {}.{} AS t \
+             WHERE t.organization_id = {org}",
             quote_ident(views_schema),
             quote_ident(self.name),
             self.select_list(Column::postgres_expr),
             quote_ident(data_schema),
             quote_ident(self.table),
-            quote_ident(data_schema),
-        )
+        );
+        if self.name == "events" {
+            let utc = |expr: String| {
+                format!("to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+            };
+            sql.push_str(&format!(
+                " UNION ALL SELECT {} FROM {}.ingest_journal AS j \
+                 CROSS JOIN LATERAL jsonb_array_elements(j.batch -> 'events') AS e(value) \
+                 WHERE j.organization_id = {org}",
+                pending_events_select(|field| match field {
+                    Pending::Event("data") => "(e.value -> 'data')::text".to_string(),
+                    Pending::Event(path) => format!("(e.value ->> '{path}')"),
+                    Pending::EventTime(path) => utc(format!("(e.value ->> '{path}')::timestamptz")),
+                    Pending::Batch(path) => format!("(j.batch ->> '{path}')"),
+                    Pending::ReceivedAt => utc("j.received_at".to_string()),
+                    Pending::Unresolved => "NULL::text".to_string(),
+                }),
+                quote_ident(data_schema),
+            ));
+        }
+        sql
     }
 }

@@ -306,6 +306,7 @@ const BEACON: &str = "const [api, body, done] = arguments;
 done(navigator.sendBeacon(api, body));";
 
 async fn stored(app: &TestApp, message_id: &str) -> bool {
+    app.settle().await;
     event::Entity::find()
         .filter(event::Column::MessageId.eq(message_id))
         .one(&app.db)

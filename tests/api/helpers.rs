@@ -117,6 +117,26 @@ macro_rules! db_test {
 }
 
 impl TestApp {
+    /// Waits until the ingest applier has applied every acknowledged batch, so the events'
+    /// effects (users, customers, resolved ids) are visible.
+    pub async fn settle(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let backlog = custintel::ingest::journal::backlog(&self.db, None)
+                .await
+                .expect("journal backlog");
+            if backlog.batches == 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the applier did not apply {} journaled events within 20 s",
+                backlog.events
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     pub async fn org(&self, name: &str) -> CreatedOrganization {
         admin::create_org(
             &self.db,

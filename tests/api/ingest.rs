@@ -28,6 +28,7 @@ impl TestApp {
             .expect("request");
         let reply = read(resp).await;
         check_schema("post", ROUTE, reply.status.as_u16(), &reply.body);
+        self.settle().await;
         reply
     }
 
@@ -47,6 +48,7 @@ impl TestApp {
         }
         let reply = read(req.send().await.expect("request")).await;
         check_schema("post", ROUTE, reply.status.as_u16(), &reply.body);
+        self.settle().await;
         reply
     }
 

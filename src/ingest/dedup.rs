@@ -1,0 +1,308 @@
+//! The `messageId` de-duplication window: a repeat whose first copy arrived within the window
+//! (`CUSTINTEL_DEDUP_WINDOW`, default 24 h) is dropped and counted as processed.
+//!
+//! SQLite (one serving process per file): an exact in-memory set of 128-bit hashes of
+//! (organization, messageId), rebuilt at start from the last window's events and journal, so
+//! it survives restarts without a random-key index on the acknowledging path. PostgreSQL
+//! (several instances): the `ingest_message_ids` table, claimed with `ON CONFLICT` in the
+//! acknowledging transaction, so a repeat is dropped whichever instance it reaches.
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{BuildHasherDefault, Hasher},
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value as DbValue};
+
+/// Default window.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// Reads `CUSTINTEL_DEDUP_WINDOW`: `<n>s`, `<n>m`, `<n>h`, `<n>d` or `<n>w`, at least one
+/// second.
+pub fn parse_window(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let err = || format!("`{raw}` is not a window: use <n>s, <n>m, <n>h, <n>d or <n>w (e.g. 24h)");
+    let split = raw.len().checked_sub(1).ok_or_else(err)?;
+    let (n, unit) = raw.split_at(split);
+    let n: u64 = n.parse().map_err(|_| err())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err(err()),
+    };
+    let total = n.checked_mul(secs).filter(|t| *t > 0).ok_or_else(err)?;
+    Ok(Duration::from_secs(total))
+}
+
+/// A message's identity in the window.
+pub type MessageKey = (u64, u64);
+
+/// The hash of (organization, messageId). 128 bits: a false repeat needs a collision among
+/// the window's messages, which at 2^-128 per pair does not happen.
+pub fn message_key(organization_id: &str, message_id: &str) -> MessageKey {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(organization_id.as_bytes());
+    // A separator no id contains, so ("ab","c") and ("a","bc") differ.
+    h.update(&[0xff]);
+    h.update(message_id.as_bytes());
+    let v = h.digest128();
+    ((v >> 64) as u64, v as u64)
+}
+
+/// The keys are already uniformly distributed hashes: use their bits as the table hash.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
+
+type KeyMap = HashMap<MessageKey, u32, BuildHasherDefault<KeyHasher>>;
+
+/// The in-memory window (SQLite). 24 bytes of key and first-seen second per message, in a
+/// hash table kept at most 7/8 full: 28 to 56 bytes per message in the window.
+pub struct MemoryWindow {
+    window: chrono::Duration,
+    /// First-seen time, as seconds since `epoch`.
+    seen: KeyMap,
+    epoch: i64,
+    last_sweep: DateTime<Utc>,
+}
+
+impl MemoryWindow {
+    pub fn new(window: Duration) -> Self {
+        let now = Utc::now();
+        Self {
+            window: chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1)),
+            seen: KeyMap::default(),
+            // Offsets from a day before start fit a u32 for a century.
+            epoch: now.timestamp() - 86_400,
+            last_sweep: now,
+        }
+    }
+
+    fn offset(&self, at: DateTime<Utc>) -> u32 {
+        u32::try_from((at.timestamp() - self.epoch).max(0)).unwrap_or(u32::MAX)
+    }
+
+    /// Messages in the window.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// Bytes the table holds (its buckets and control bytes).
+    pub fn memory_bytes(&self) -> usize {
+        self.seen.capacity() * (std::mem::size_of::<(MessageKey, u32)>() + 1)
+    }
+
+    /// Whether a message first seen within the window is known.
+    pub fn contains(&self, key: &MessageKey, now: DateTime<Utc>) -> bool {
+        let cutoff = self.offset(now - self.window);
+        self.seen.get(key).is_some_and(|first| *first > cutoff)
+    }
+
+    /// Records messages stored at `at` (after their commit).
+    pub fn record(&mut self, keys: impl IntoIterator<Item = MessageKey>, at: DateTime<Utc>) {
+        let t = self.offset(at);
+        for k in keys {
+            // A message stored again after its window starts a new one.
+            self.seen.insert(k, t);
+        }
+    }
+
+    /// Drops what has left the window; cheap to call often (runs at most once a minute).
+    pub fn sweep(&mut self, now: DateTime<Utc>) {
+        if now - self.last_sweep < chrono::Duration::minutes(1) {
+            return;
+        }
+        self.last_sweep = now;
+        let cutoff = self.offset(now - self.window);
+        self.seen.retain(|_, first| *first > cutoff);
+        // Give memory back after a burst, not after every sweep (a rehash costs a copy).
+        if self.seen.len() < self.seen.capacity() / 4 {
+            self.seen.shrink_to_fit();
+        }
+    }
+
+    /// Rebuilds the window from what the database holds: the events received within the
+    /// window (their ids are time-ordered, so this reads one primary-key range) and the
+    /// journal's batches not yet applied.
+    pub async fn load<C: ConnectionTrait>(&mut self, conn: &C) -> Result<(), DbErr> {
+        let now = Utc::now();
+        let since = now - self.window;
+        let backend = conn.get_database_backend();
+        let mut after = super::store::time_ordered_floor(since);
+        loop {
+            let rows = conn
+                .query_all_raw(Statement::from_sql_and_values(
+                    backend,
+                    placeholders(
+                        backend,
+                        "SELECT id, organization_id, message_id, received_at FROM events \
+                         WHERE id > ? ORDER BY id LIMIT 20000",
+                    ),
+                    [DbValue::from(after.clone())],
+                ))
+                .await?;
+            let Some(last) = rows.last() else { break };
+            after = last.try_get_by_index::<String>(0)?;
+            for row in &rows {
+                let message_id: Option<String> = row.try_get_by_index(2)?;
+                let received_at: DateTime<Utc> = row.try_get_by_index(3)?;
+                if let (Some(m), true) = (message_id, received_at > since) {
+                    let org: String = row.try_get_by_index(1)?;
+                    self.record([message_key(&org, &m)], received_at);
+                }
+            }
+        }
+        let mut after_seq = 0i64;
+        loop {
+            let batches = super::journal::read_after(conn, after_seq, 200).await?;
+            let Some(last) = batches.last() else { break };
+            after_seq = last.seq;
+            for entry in &batches {
+                let keys = entry.batch.events.iter().filter_map(|e| {
+                    e.message_id
+                        .as_deref()
+                        .map(|m| message_key(&entry.batch.organization_id, m))
+                });
+                let keys: Vec<MessageKey> = keys.collect();
+                self.record(keys, entry.batch.received_at);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites `?` placeholders as `$n` for PostgreSQL.
+pub fn placeholders(backend: DbBackend, sql: &str) -> String {
+    if backend != DbBackend::Postgres {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// PostgreSQL: claims messages in the caller's transaction and answers those that are new
+/// (never seen, or first seen before the window). A concurrent instance's claim of the same
+/// message waits for that transaction and then counts as a repeat.
+pub async fn claim_shared<C: ConnectionTrait>(
+    conn: &C,
+    messages: &[(String, String)],
+    now: DateTime<Utc>,
+    window: Duration,
+) -> Result<HashSet<(String, String)>, DbErr> {
+    let cutoff = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
+    let mut fresh = HashSet::new();
+    // A statement may not touch one row twice: the caller passes distinct messages.
+    for chunk in messages.chunks(1_000) {
+        let mut sql = String::from(
+            "INSERT INTO ingest_message_ids (organization_id, message_id, first_seen_at) VALUES ",
+        );
+        let mut values: Vec<DbValue> = Vec::with_capacity(chunk.len() * 3 + 1);
+        for (i, (org, msg)) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push(',');
+            }
+            let b = values.len();
+            sql.push_str(&format!("(${}, ${}, ${})", b + 1, b + 2, b + 3));
+            values.push(org.clone().into());
+            values.push(msg.clone().into());
+            values.push(now.into());
+        }
+        values.push(cutoff.into());
+        sql.push_str(&format!(
+            " ON CONFLICT (organization_id, message_id) DO UPDATE SET first_seen_at = \
+             EXCLUDED.first_seen_at WHERE ingest_message_ids.first_seen_at <= ${} \
+             RETURNING organization_id, message_id",
+            values.len()
+        ));
+        let rows = conn
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                sql,
+                values,
+            ))
+            .await?;
+        for row in rows {
+            fresh.insert((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
+        }
+    }
+    Ok(fresh)
+}
+
+/// PostgreSQL: forgets messages first seen before the window (any instance may run it).
+pub async fn expire_shared<C: ConnectionTrait>(
+    conn: &C,
+    now: DateTime<Utc>,
+    window: Duration,
+) -> Result<u64, DbErr> {
+    let cutoff = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
+    let done = conn
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "DELETE FROM ingest_message_ids WHERE first_seen_at <= $1",
+            [cutoff.into()],
+        ))
+        .await?;
+    Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_parse() {
+        assert_eq!(parse_window("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_window("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_window("2s"), Ok(Duration::from_secs(2)));
+        assert!(parse_window("0h").is_err());
+        assert!(parse_window("h").is_err());
+        assert!(parse_window("").is_err());
+        assert!(parse_window("3y").is_err());
+    }
+
+    #[test]
+    fn repeats_expire_with_the_window() {
+        let mut w = MemoryWindow::new(Duration::from_secs(3_600));
+        let t0 = Utc::now();
+        let k = message_key("org", "m1");
+        assert!(!w.contains(&k, t0));
+        w.record([k], t0);
+        assert!(w.contains(&k, t0 + chrono::Duration::minutes(59)));
+        assert!(!w.contains(&k, t0 + chrono::Duration::minutes(61)));
+        assert!(!w.contains(&message_key("other", "m1"), t0));
+        w.sweep(t0 + chrono::Duration::minutes(61));
+        assert!(w.is_empty());
+    }
+}

@@ -1,0 +1,104 @@
+//! Process-wide ingest counters: what the writer acknowledged and dropped, what the applier
+//! applied, and how long effects lagged behind their acknowledgement (a fixed-bucket
+//! histogram, so memory stays constant). Read by the metrics endpoint and the benchmark.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Upper bounds (seconds) of the effects-lag buckets; a last bucket takes the rest.
+pub const LAG_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+pub struct IngestStats {
+    /// Events journaled (acknowledged and not repeats).
+    pub journaled: AtomicU64,
+    /// Events dropped as repeats of a `messageId` within the window.
+    pub repeats: AtomicU64,
+    /// Events refused by validation.
+    pub refused: AtomicU64,
+    /// Events whose effects were applied.
+    pub applied: AtomicU64,
+    /// Applied events per lag bucket (the last is the overflow bucket).
+    lag: [AtomicU64; LAG_BUCKETS.len() + 1],
+    /// Sum of lags in milliseconds, weighted by events.
+    lag_sum_ms: AtomicU64,
+}
+
+static STATS: IngestStats = IngestStats {
+    journaled: AtomicU64::new(0),
+    repeats: AtomicU64::new(0),
+    refused: AtomicU64::new(0),
+    applied: AtomicU64::new(0),
+    lag: [const { AtomicU64::new(0) }; LAG_BUCKETS.len() + 1],
+    lag_sum_ms: AtomicU64::new(0),
+};
+
+/// The counters of this process.
+pub fn stats() -> &'static IngestStats {
+    &STATS
+}
+
+/// A copy of the lag histogram: events per bucket (cumulative counts are the caller's).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LagHistogram {
+    pub buckets: Vec<u64>,
+    pub sum_secs: f64,
+}
+
+impl LagHistogram {
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The bucket bound under which the `p` quantile lies (infinity when in the last bucket).
+    pub fn quantile_bound(&self, p: f64) -> f64 {
+        let total = self.count();
+        if total == 0 {
+            return 0.0;
+        }
+        let rank = (total as f64 * p).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return LAG_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY);
+            }
+        }
+        f64::INFINITY
+    }
+
+    /// What was recorded since `earlier`.
+    pub fn since(&self, earlier: &LagHistogram) -> LagHistogram {
+        LagHistogram {
+            buckets: self
+                .buckets
+                .iter()
+                .zip(earlier.buckets.iter().chain(std::iter::repeat(&0)))
+                .map(|(a, b)| a.saturating_sub(*b))
+                .collect(),
+            sum_secs: self.sum_secs - earlier.sum_secs,
+        }
+    }
+}
+
+impl IngestStats {
+    /// Records `events` applied `lag_secs` after their acknowledgement.
+    pub fn record_applied(&self, events: u64, lag_secs: f64) {
+        self.applied.fetch_add(events, Ordering::Relaxed);
+        let i = LAG_BUCKETS
+            .iter()
+            .position(|b| lag_secs <= *b)
+            .unwrap_or(LAG_BUCKETS.len());
+        self.lag[i].fetch_add(events, Ordering::Relaxed);
+        let ms = (lag_secs.max(0.0) * 1000.0) as u64;
+        self.lag_sum_ms
+            .fetch_add(ms.saturating_mul(events), Ordering::Relaxed);
+    }
+
+    pub fn lag(&self) -> LagHistogram {
+        LagHistogram {
+            buckets: self.lag.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
+            sum_secs: self.lag_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+        }
+    }
+}
