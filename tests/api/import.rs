@@ -821,16 +821,27 @@ db_test!(
                 "acknowledged signal {id} is stored"
             );
         }
-        let mut stored_events = 0;
-        for chunk in all.message_ids.chunks(200) {
-            stored_events += entity::event::Entity::find()
-                .filter(entity::event::Column::OrganizationId.eq(&o))
-                .filter(entity::event::Column::MessageId.is_in(chunk.iter().cloned()))
-                .count(&app.db)
-                .await
-                .unwrap();
+        // Ingest acknowledges once a batch is journaled and stores its events behind that:
+        // every acknowledged event must be stored within a bounded time.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let mut stored_events = 0;
+            for chunk in all.message_ids.chunks(200) {
+                stored_events += entity::event::Entity::find()
+                    .filter(entity::event::Column::OrganizationId.eq(&o))
+                    .filter(entity::event::Column::MessageId.is_in(chunk.iter().cloned()))
+                    .count(&app.db)
+                    .await
+                    .unwrap();
+            }
+            if stored_events as usize == all.message_ids.len()
+                || std::time::Instant::now() > deadline
+            {
+                assert_eq!(stored_events as usize, all.message_ids.len());
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        assert_eq!(stored_events as usize, all.message_ids.len());
         // The book's customers, sources and facts are all there, once (ingest adds users only).
         for (table, expected) in [
             ("customers", customers),
