@@ -7,6 +7,7 @@ pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod bench;
+pub mod bench_import;
 pub mod bench_ingest;
 pub mod bench_sqlite_floor;
 pub mod cli;

@@ -75,6 +75,10 @@ enum BenchCommand {
     /// database (100,000 customers, 500,000 users, 200,000 sources, 1,000,000 events by
     /// default).
     Tools(custintel::bench::ToolsBenchArgs),
+    /// `custintel import` of a generated book (100,000 customers, 500,000 users, 200,000
+    /// sources, 50,000 facts by default) while a serving instance on the same SQLite file
+    /// answers ingest and platform writes: lines/s, and the server's 5xx and latencies.
+    Import(custintel::bench_import::ImportBenchArgs),
     /// How fast SQLite alone takes rows into the events table on this machine (no HTTP, no
     /// identity effects), with and without the messageId dedup index.
     SqliteFloor {
@@ -224,15 +228,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Import { org, file } => {
             let db = open_db(&url).await?;
-            let text = if file == "-" {
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-                text
-            } else {
-                std::fs::read_to_string(&file)
-                    .map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?
-            };
-            let report = custintel::import::import_file(&db, &org, &text).await?;
+            let report = custintel::import::import_file(&db, &org, &file).await?;
             print_json(&report)?;
             if !report.rejected.is_empty() {
                 std::process::exit(1);
@@ -240,6 +236,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::Tools(args)) => custintel::bench::tools(args).await,
+        Command::Bench(BenchCommand::Import(args)) => custintel::bench_import::run(args).await,
         Command::Bench(BenchCommand::SqliteFloor {
             rows,
             rows_per_commit,

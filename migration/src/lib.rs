@@ -11,6 +11,7 @@ mod m20261122_020100_customer_name_search;
 mod m20261122_020200_customer_revenue_index;
 mod m20261122_020300_record_counts;
 mod m20261123_010000_ingest_journal;
+mod m20261124_010000_email_normal_form;
 
 pub struct Migrator;
 
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_020200_customer_revenue_index::Migration),
             Box::new(m20261122_020300_record_counts::Migration),
             Box::new(m20261123_010000_ingest_journal::Migration),
+            Box::new(m20261124_010000_email_normal_form::Migration),
         ]
     }
 }

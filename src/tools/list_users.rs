@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange},
     common::{
-        check_fields, contains_ci, equals_ci, key_time_opt, parse_duration, resolve_customer,
-        trait_filters, ListRequest,
+        check_fields, contains_ci, key_time_opt, parse_duration, resolve_customer, trait_filters,
+        ListRequest,
     },
     record_counts::KeptTotal,
     records::{self, USER_FIELDS, USER_IDS},
@@ -100,7 +100,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         filter = filter.add(cond);
     }
     if let Some(email) = &input.email {
-        filter = filter.add(equals_ci(Column::Email, email));
+        // Stored emails are in one normal form: an equality the (organization, email) index serves.
+        filter = filter.add(Column::Email.eq(crate::import::normalize_email(email)));
     }
     if let Some(name) = &input.name {
         filter = filter.add(contains_ci(Column::Name, name));

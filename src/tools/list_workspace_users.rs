@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    common::{check_fields, contains_ci, equals_ci, ListRequest},
+    common::{check_fields, contains_ci, ListRequest},
     records::{self, WORKSPACE_USER_FIELDS, WORKSPACE_USER_IDS},
     ToolContext, ToolResult,
 };
@@ -70,7 +70,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         filter = filter.add(contains_ci(Column::Name, name));
     }
     if let Some(email) = &input.email {
-        filter = filter.add(equals_ci(Column::Email, email));
+        // Stored emails are in one normal form: an equality the (organization, email) index serves.
+        filter = filter.add(Column::Email.eq(crate::import::normalize_email(email)));
     }
     let db = &ctx.state.db;
     let total = req

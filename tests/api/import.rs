@@ -175,3 +175,834 @@ async fn import_command() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no organization"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Chunked import: re-import, email normal form, chunk boundaries, concurrent writers.
+
+use std::collections::{BTreeMap, HashSet};
+
+use custintel::import::{self as importer, ImportReport, CHUNK_LINES};
+use reqwest::StatusCode;
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Statement};
+
+use crate::{db_test, helpers::TestApp};
+
+const STATUSES: [&str; 4] = ["PAYING", "TRIALING", "CHURNED", "NONE"];
+const STAGES: [&str; 5] = [
+    "discovered",
+    "signed_up",
+    "activated",
+    "engaged",
+    "inactive",
+];
+
+/// A book of `customers` customers, each with two users, a source and a fact, in the order a
+/// file would have them (every reference points back). Users of odd customers have emails in
+/// mixed case.
+fn book(customers: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    for c in 0..customers {
+        lines.push(
+            json!({"kind": "customer", "name": format!("Company {c}"),
+            "domain": format!("company-{c}.example.com"), "externalId": format!("cus_{c}"),
+            "billingStatus": STATUSES[c % 4], "mrrCents": c})
+            .to_string(),
+        );
+    }
+    for c in 0..customers {
+        for u in 0..2 {
+            let email = if c % 2 == 1 {
+                format!("User{u}@Company-{c}.Example.COM")
+            } else {
+                format!("user{u}@company-{c}.example.com")
+            };
+            lines.push(
+                json!({"kind": "user", "customer": format!("company-{c}.example.com"),
+                "email": email, "externalId": format!("u_{c}_{u}"),
+                "stage": STAGES[(c + u) % 5]})
+                .to_string(),
+            );
+        }
+    }
+    for c in 0..customers {
+        lines.push(json!({"kind": "source", "sourceType": "CALL", "sourceId": format!("call_{c}"),
+            "customer": format!("cus_{c}"), "title": format!("Call {c}"), "body": "about seats",
+            "occurredAt": "2026-09-01T10:00:00Z", "permalink": format!("https://crm.example.com/{c}")})
+        .to_string());
+        lines.push(json!({"kind": "fact", "customer": format!("company-{c}.example.com"),
+            "text": format!("Wants {c} seats"), "sourceType": "CALL", "sourceId": format!("call_{c}"),
+            "sourceQuote": "seats"})
+        .to_string());
+    }
+    lines
+}
+
+/// Imports `lines` through the streaming reader, as `custintel import` does.
+async fn import_lines(app: &TestApp, org: &str, lines: &[String]) -> ImportReport {
+    let text = lines.join("\n").into_bytes();
+    importer::import_reader(&app.db, org, std::io::Cursor::new(text))
+        .await
+        .expect("import")
+}
+
+async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
+    let backend = app.db.get_database_backend();
+    let sql = match backend {
+        sea_orm::DbBackend::Postgres => sql.replace('?', "$1"),
+        _ => sql.to_string(),
+    };
+    let row = app
+        .db
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [org.to_string().into()],
+        ))
+        .await
+        .expect("query")
+        .expect("a row");
+    row.try_get_by_index::<i64>(0).expect("a number")
+}
+
+/// Ids of a table's rows of one organization, by a key column.
+async fn ids_by(app: &TestApp, table: &str, key: &str, org: &str) -> BTreeMap<String, String> {
+    let backend = app.db.get_database_backend();
+    let placeholder = if backend == sea_orm::DbBackend::Postgres {
+        "$1"
+    } else {
+        "?"
+    };
+    let rows = app
+        .db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            format!("SELECT {key}, id FROM {table} WHERE organization_id = {placeholder}"),
+            [org.to_string().into()],
+        ))
+        .await
+        .expect("query");
+    rows.iter()
+        .map(|r| {
+            (
+                r.try_get_by_index::<String>(0).expect("key"),
+                r.try_get_by_index::<String>(1).expect("id"),
+            )
+        })
+        .collect()
+}
+
+// A book larger than one chunk lands whole; importing it again updates every record in place
+// (same ids, no duplicates), keeps the trigger-maintained counts exact, and appends the
+// search index's change feed again for every source and fact.
+db_test!(reimport_is_idempotent, |app: TestApp| async move {
+    let org = app.org("Book Co").await;
+    let o = &org.organization_id;
+    let customers = CHUNK_LINES / 2 + 100;
+    let lines = book(customers);
+    assert!(lines.len() > 2 * CHUNK_LINES);
+    let first = import_lines(&app, o, &lines).await;
+    assert!(
+        first.rejected.is_empty(),
+        "{:?}",
+        &first.rejected[..3.min(first.rejected.len())]
+    );
+    let n = customers as u64;
+    let expected =
+        json!({"customer": n, "user": 2 * n, "workspace_user": 0, "source": n, "fact": n});
+    assert_eq!(serde_json::to_value(&first.imported).unwrap(), expected);
+    let customer_ids = ids_by(&app, "customers", "external_id", o).await;
+    let user_ids = ids_by(&app, "users", "external_id", o).await;
+    let source_ids = ids_by(&app, "sources", "source_id", o).await;
+    assert_eq!(customer_ids.len(), customers);
+    assert_eq!(user_ids.len(), 2 * customers);
+    let changes = scalar(
+        &app,
+        "SELECT count(*) FROM change_log WHERE organization_id = ?",
+        o,
+    )
+    .await;
+    assert_eq!(changes, 2 * customers as i64);
+
+    let again = import_lines(&app, o, &lines).await;
+    assert!(again.rejected.is_empty());
+    assert_eq!(serde_json::to_value(&again.imported).unwrap(), expected);
+    assert_eq!(
+        ids_by(&app, "customers", "external_id", o).await,
+        customer_ids
+    );
+    assert_eq!(ids_by(&app, "users", "external_id", o).await, user_ids);
+    assert_eq!(ids_by(&app, "sources", "source_id", o).await, source_ids);
+    assert_eq!(
+        scalar(
+            &app,
+            "SELECT count(*) FROM facts WHERE organization_id = ?",
+            o
+        )
+        .await,
+        customers as i64
+    );
+    assert_eq!(
+        scalar(
+            &app,
+            "SELECT count(*) FROM change_log WHERE organization_id = ?",
+            o
+        )
+        .await,
+        4 * customers as i64
+    );
+    // Every source and fact carries the sequence number of its latest change feed row.
+    for table in ["sources", "facts"] {
+        let stale = scalar(
+            &app,
+            &format!(
+                "SELECT count(*) FROM {table} t WHERE t.organization_id = ? AND t.change_seq <> \
+                 (SELECT max(seq) FROM change_log c WHERE c.artifact_id = t.id)"
+            ),
+            o,
+        )
+        .await;
+        assert_eq!(stale, 0, "{table} with a stale change_seq");
+    }
+    // The kept counts (triggers) agree with the rows.
+    for (record, table, column) in [
+        ("users", "users", "stage"),
+        ("customers", "customers", "billing_status"),
+    ] {
+        let kept = scalar(
+            &app,
+            &format!(
+                "SELECT CAST(coalesce(sum(n), 0) AS BIGINT) FROM record_counts WHERE organization_id = ? \
+                 AND record = '{record}'"
+            ),
+            o,
+        )
+        .await;
+        let rows = scalar(
+            &app,
+            &format!("SELECT count(*) FROM {table} WHERE organization_id = ?"),
+            o,
+        )
+        .await;
+        assert_eq!(kept, rows, "{record} kept count");
+        let mismatched = scalar(
+            &app,
+            &format!(
+                "SELECT count(*) FROM record_counts k WHERE k.organization_id = ? \
+                 AND k.record = '{record}' AND k.n <> (SELECT count(*) FROM {table} t \
+                 WHERE t.organization_id = k.organization_id AND t.{column} = k.bucket)"
+            ),
+            o,
+        )
+        .await;
+        assert_eq!(mismatched, 0, "{record} kept counts per bucket");
+    }
+    // Imported emails are stored in their normal form.
+    let mixed = scalar(
+        &app,
+        "SELECT count(*) FROM users WHERE organization_id = ? AND email <> lower(email)",
+        o,
+    )
+    .await;
+    assert_eq!(mixed, 0);
+});
+
+// One user, however its email is spelled: mixed-case and padded emails find the stored user,
+// in the same chunk, in a later chunk and in a later import, and `svc_list_users`' `email`
+// filter finds it in any case.
+db_test!(
+    mixed_case_emails_match_one_user,
+    |app: TestApp| async move {
+        let org = app.org("Case Co").await;
+        let o = &org.organization_id;
+        let mut lines = vec![
+        json!({"kind": "customer", "name": "Acme", "domain": "acme.com"}).to_string(),
+        json!({"kind": "user", "customer": "acme.com", "email": "Ada.Lovelace@Acme.com", "name": "Ada"})
+            .to_string(),
+        json!({"kind": "user", "email": "  ADA.LOVELACE@acme.COM ", "stage": "activated"})
+            .to_string(),
+        json!({"kind": "workspace_user", "name": "Sam", "email": "Sam@OurCo.com", "role": "CSM"})
+            .to_string(),
+    ];
+        // Padding fills the first chunk; the next lines land in the second one.
+        for i in lines.len()..CHUNK_LINES {
+            lines.push(
+                json!({"kind": "customer", "externalId": format!("pad_{i}"), "name": "Pad"})
+                    .to_string(),
+            );
+        }
+        lines.push(
+            json!({"kind": "user", "email": "ada.lovelace@ACME.com", "name": "Ada Lovelace"})
+                .to_string(),
+        );
+        lines.push(
+        json!({"kind": "workspace_user", "name": "Sam Lee", "email": "sam@ourco.COM", "role": "MANAGER"})
+            .to_string(),
+    );
+        let report = import_lines(&app, o, &lines).await;
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        assert_eq!(report.imported.user, 3);
+        let again = importer::import_text(
+            &app.db,
+            o,
+            &json!({"kind": "user", "email": "ADA.LOVELACE@ACME.COM", "stage": "engaged"})
+                .to_string(),
+        )
+        .await
+        .expect("import");
+        assert!(again.rejected.is_empty());
+
+        let users = entity::user::Entity::find()
+            .filter(entity::user::Column::OrganizationId.eq(o))
+            .all(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(users.len(), 1, "{users:?}");
+        let ada = &users[0];
+        assert_eq!(ada.email.as_deref(), Some("ada.lovelace@acme.com"));
+        assert_eq!(ada.name.as_deref(), Some("Ada Lovelace"));
+        assert_eq!(ada.stage, "engaged");
+        assert!(ada.customer_id.is_some());
+        let staff = entity::workspace_user::Entity::find()
+            .filter(entity::workspace_user::Column::OrganizationId.eq(o))
+            .all(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(staff.len(), 1);
+        assert_eq!(
+            (
+                staff[0].email.as_str(),
+                staff[0].name.as_str(),
+                staff[0].role.as_str()
+            ),
+            ("sam@ourco.com", "Sam Lee", "MANAGER")
+        );
+
+        for spelled in ["ADA.LOVELACE@ACME.COM", " ada.lovelace@acme.com "] {
+            let r = crate::tools::tool(
+                &app,
+                &org.api_key,
+                "svc_list_users",
+                json!({"email": spelled}),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            assert_eq!(crate::tools::field(&r, "id"), [ada.id.clone()], "{spelled}");
+        }
+        let r = crate::tools::tool(
+            &app,
+            &org.api_key,
+            "svc_list_workspace_users",
+            json!({"email": "SAM@ourco.com"}),
+        )
+        .await;
+        assert_eq!(crate::tools::field(&r, "email"), ["sam@ourco.com"]);
+
+        // Another organization's users are not found by the same email.
+        let other = app.org("Other Co").await;
+        let r = crate::tools::tool(
+            &app,
+            &other.api_key,
+            "svc_list_users",
+            json!({"email": "ada.lovelace@acme.com"}),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(crate::tools::field(&r, "id").is_empty());
+    }
+);
+
+// Bad lines on both sides of a chunk boundary are rejected with their numbers; every good line
+// lands, including lines that refer to records created just before the boundary, and lines
+// after a bad line in the same chunk.
+db_test!(
+    rejections_across_a_chunk_boundary,
+    |app: TestApp| async move {
+        let org = app.org("Boundary Co").await;
+        let o = &org.organization_id;
+        let mut lines = Vec::new();
+        let mut bad = Vec::new();
+        let mut good_customers = 0u64;
+        let mut good_users = 0u64;
+        // Line numbers are 1-based; the boundary falls after line CHUNK_LINES.
+        while lines.len() < CHUNK_LINES + 10 {
+            let n = lines.len() + 1;
+            if [CHUNK_LINES - 1, CHUNK_LINES + 1, CHUNK_LINES + 3].contains(&n) {
+                lines.push(json!({"kind": "user", "email": "no-at-sign"}).to_string());
+                bad.push(n);
+            } else if n == CHUNK_LINES + 2 {
+                lines.push("{not json".to_string());
+                bad.push(n);
+            } else if n == CHUNK_LINES + 4 {
+                // Refers to the customer of the last line of the first chunk.
+                lines.push(
+                    json!({"kind": "user", "customer": "last.example.com",
+                "email": "first@last.example.com"})
+                    .to_string(),
+                );
+                good_users += 1;
+            } else if n == CHUNK_LINES + 5 {
+                // Refers to a customer that does not exist.
+                lines.push(
+                    json!({"kind": "user", "customer": "nowhere.example.com", "email": "x@y.z"})
+                        .to_string(),
+                );
+                bad.push(n);
+            } else if n == CHUNK_LINES {
+                lines.push(
+                    json!({"kind": "customer", "domain": "last.example.com", "name": "Last"})
+                        .to_string(),
+                );
+                good_customers += 1;
+            } else {
+                lines.push(json!({"kind": "customer", "externalId": format!("c_{n}")}).to_string());
+                good_customers += 1;
+            }
+        }
+        let report = import_lines(&app, o, &lines).await;
+        let rejected: Vec<usize> = report.rejected.iter().map(|r| r.line).collect();
+        assert_eq!(rejected, bad);
+        assert_eq!(report.imported.customer, good_customers);
+        assert_eq!(report.imported.user, good_users);
+        assert!(
+            report.rejected[0].error.starts_with("email:"),
+            "{:?}",
+            report.rejected
+        );
+        assert!(
+            report.rejected[2].error.starts_with("not a JSON object"),
+            "{:?}",
+            report.rejected
+        );
+        assert!(report.rejected[4].error.contains("nowhere.example.com"));
+        let customers = entity::customer::Entity::find()
+            .filter(entity::customer::Column::OrganizationId.eq(o))
+            .count(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(customers, good_customers);
+        let first = entity::user::Entity::find()
+            .filter(entity::user::Column::OrganizationId.eq(o))
+            .filter(entity::user::Column::Email.eq("first@last.example.com"))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("the user after the boundary");
+        let last = entity::customer::Entity::find()
+            .filter(entity::customer::Column::Domain.eq("last.example.com"))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("the customer before the boundary");
+        assert_eq!(first.customer_id.as_deref(), Some(last.id.as_str()));
+    }
+);
+
+// A line the database refuses (PostgreSQL takes no NUL character in text; SQLite does) costs
+// only that line: the chunk is written again line by line.
+db_test!(a_line_the_database_refuses, |app: TestApp| async move {
+    let org = app.org("Nul Co").await;
+    let o = &org.organization_id;
+    let lines = vec![
+        json!({"kind": "customer", "domain": "a.example.com"}).to_string(),
+        json!({"kind": "customer", "domain": "b.example.com", "name": "B\u{0}B"}).to_string(),
+        json!({"kind": "user", "customer": "a.example.com", "email": "u@a.example.com"})
+            .to_string(),
+    ];
+    let report = import_lines(&app, o, &lines).await;
+    let postgres = app.db.get_database_backend() == sea_orm::DbBackend::Postgres;
+    if postgres {
+        assert_eq!(report.rejected.len(), 1, "{:?}", report.rejected);
+        assert_eq!(report.rejected[0].line, 2);
+        assert!(
+            report.rejected[0].error.starts_with("could not be stored:"),
+            "{:?}",
+            report.rejected
+        );
+        assert_eq!(report.imported.customer, 1);
+    } else {
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        assert_eq!(report.imported.customer, 2);
+    }
+    assert_eq!(report.imported.user, 1);
+});
+
+// A line may not reach another organization's records: a customer id of another organization
+// is no reference, and the same keys in two organizations are two records.
+db_test!(
+    import_stays_in_its_organization,
+    |app: TestApp| async move {
+        let a = app.org("A Co").await;
+        let b = app.org("B Co").await;
+        let lines = vec![
+        json!({"kind": "customer", "domain": "shared.example.com", "externalId": "cus_shared", "name": "A's"})
+            .to_string(),
+        json!({"kind": "user", "customer": "shared.example.com", "email": "ada@shared.example.com", "externalId": "u_1"})
+            .to_string(),
+    ];
+        let report = import_lines(&app, &a.organization_id, &lines).await;
+        assert!(report.rejected.is_empty());
+        let a_customer = entity::customer::Entity::find()
+            .filter(entity::customer::Column::OrganizationId.eq(&a.organization_id))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("A's customer");
+        let foreign = vec![
+            json!({"kind": "user", "customer": a_customer.id, "email": "eve@b.example.com"})
+                .to_string(),
+            json!({"kind": "customer", "domain": "shared.example.com", "name": "B's"}).to_string(),
+            json!({"kind": "user", "email": "ADA@shared.example.com", "name": "B's Ada"})
+                .to_string(),
+        ];
+        let report = import_lines(&app, &b.organization_id, &foreign).await;
+        assert_eq!(
+            report.rejected.iter().map(|r| r.line).collect::<Vec<_>>(),
+            [1]
+        );
+        let a_customer_after = entity::customer::Entity::find_by_id(a_customer.id.clone())
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(a_customer_after.name, "A's");
+        let a_users = entity::user::Entity::find()
+            .filter(entity::user::Column::OrganizationId.eq(&a.organization_id))
+            .all(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(a_users.len(), 1);
+        assert_eq!(a_users[0].name, None);
+        let b_users = entity::user::Entity::find()
+            .filter(entity::user::Column::OrganizationId.eq(&b.organization_id))
+            .count(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(b_users, 1);
+    }
+);
+
+/// What the clients beside an import were told.
+#[derive(Default)]
+struct Acked {
+    signals: Vec<String>,
+    message_ids: Vec<String>,
+    server_errors: Vec<String>,
+    answers: usize,
+}
+
+// An import runs while 8 clients write through the HTTP API of a server on the same database:
+// no client sees a 5xx, every acknowledged write is stored, and the import is complete.
+db_test!(
+    import_beside_concurrent_writers,
+    |app: TestApp| async move {
+        const CLIENTS: usize = 8;
+        const MAX_ROUNDS: usize = 60;
+        let org = custintel::admin::create_org(
+            &app.db,
+            custintel::admin::NewOrganization {
+                name: "Busy Co".into(),
+                plan: custintel::admin::Plan::Pro,
+                api_call_limit: None,
+                connection_limit: None,
+                ingest_rate_limit: Some(100_000),
+                tracking_domains: vec![],
+            },
+        )
+        .await
+        .expect("org");
+        let o = org.organization_id.clone();
+        let customers = 2 * CHUNK_LINES;
+        let lines = book(customers);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for c in 0..CLIENTS {
+            let (base, key, public_key, done) = (
+                app.base.clone(),
+                org.api_key.clone(),
+                org.public_key.clone(),
+                done.clone(),
+            );
+            clients.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut acked = Acked::default();
+            for round in 0..MAX_ROUNDS {
+                if round > 0 && done.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let tag = format!("c{c}r{round}");
+                let resp = http
+                    .post(format!("{base}/api/signals"))
+                    .bearer_auth(&key)
+                    .json(&json!({"kind": "EVENT_MATCH", "name": format!("Signal {tag}"),
+                        "definition": {"grain": "user", "subjectResolver": "email",
+                        "eventNames": [format!("ev_{tag}")], "propertyConditions": [],
+                        "conditionMode": "ALL"}}))
+                    .send()
+                    .await
+                    .expect("signal request");
+                let status = resp.status();
+                let body: Value = resp.json().await.unwrap_or(Value::Null);
+                acked.answers += 1;
+                if status.is_server_error() {
+                    acked.server_errors.push(format!("signal {status}: {body}"));
+                } else if let Some(id) = body["result"]["data"]["signal"]["id"].as_str() {
+                    acked.signals.push(id.to_string());
+                }
+                let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+                let events: Vec<Value> = ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| {
+                        // Ingest writes users by email too: some collide with the book's.
+                        json!({"type": "custom", "eventName": "busy", "url": "server://busy",
+                            "path": "/", "email": format!("user{}@company-{}.example.com", i % 2, c),
+                            "messageId": id})
+                    })
+                    .collect();
+                let resp = http
+                    .post(format!("{base}/api/i/v1/{public_key}/events"))
+                    .json(&json!({"source": "server", "events": events}))
+                    .send()
+                    .await
+                    .expect("ingest request");
+                let status = resp.status();
+                acked.answers += 1;
+                if status.is_server_error() {
+                    acked
+                        .server_errors
+                        .push(format!("ingest {status}: {}", resp.text().await.unwrap_or_default()));
+                } else if status == StatusCode::OK {
+                    acked.message_ids.extend(ids);
+                }
+            }
+            acked
+        }));
+        }
+        let report = import_lines(&app, &o, &lines).await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut all = Acked::default();
+        for c in clients {
+            let a = c.await.expect("client");
+            all.signals.extend(a.signals);
+            all.message_ids.extend(a.message_ids);
+            all.server_errors.extend(a.server_errors);
+            all.answers += a.answers;
+        }
+        assert!(
+            all.server_errors.is_empty(),
+            "{} of {} answers were 5xx: {:?}",
+            all.server_errors.len(),
+            all.answers,
+            &all.server_errors[..all.server_errors.len().min(5)]
+        );
+        assert!(
+            report.rejected.is_empty(),
+            "{:?}",
+            &report.rejected[..report.rejected.len().min(5)]
+        );
+        let n = customers as u64;
+        assert_eq!(
+            serde_json::to_value(&report.imported).unwrap(),
+            json!({"customer": n, "user": 2 * n, "workspace_user": 0, "source": n, "fact": n})
+        );
+        assert!(
+            all.signals.len() >= CLIENTS,
+            "every client wrote at least once"
+        );
+        let stored_signals = entity::signal::Entity::find()
+            .filter(entity::signal::Column::OrganizationId.eq(&o))
+            .all(&app.db)
+            .await
+            .unwrap();
+        let stored_signals: HashSet<String> = stored_signals.into_iter().map(|s| s.id).collect();
+        for id in &all.signals {
+            assert!(
+                stored_signals.contains(id),
+                "acknowledged signal {id} is stored"
+            );
+        }
+        // Ingest acknowledges once a batch is journaled and stores its events behind that:
+        // every acknowledged event must be stored within a bounded time.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let mut stored_events = 0;
+            for chunk in all.message_ids.chunks(200) {
+                stored_events += entity::event::Entity::find()
+                    .filter(entity::event::Column::OrganizationId.eq(&o))
+                    .filter(entity::event::Column::MessageId.is_in(chunk.iter().cloned()))
+                    .count(&app.db)
+                    .await
+                    .unwrap();
+            }
+            if stored_events as usize == all.message_ids.len()
+                || std::time::Instant::now() > deadline
+            {
+                assert_eq!(stored_events as usize, all.message_ids.len());
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        // The book's customers, sources and facts are all there, once (ingest adds users only).
+        for (table, expected) in [
+            ("customers", customers),
+            ("sources", customers),
+            ("facts", customers),
+        ] {
+            let found = scalar(
+                &app,
+                &format!("SELECT count(*) FROM {table} WHERE organization_id = ?"),
+                &o,
+            )
+            .await;
+            assert_eq!(found, expected as i64, "{table}");
+        }
+    }
+);
+
+/// Database of `backend` migrated up to (not including) the email normal form migration;
+/// `None` when PostgreSQL is not configured.
+async fn before_email_normal_form(
+    backend: crate::helpers::Backend,
+) -> Option<(sea_orm::DatabaseConnection, Option<tempfile::TempDir>)> {
+    use migration::MigratorTrait;
+    let (db, tmp) = match backend {
+        crate::helpers::Backend::Sqlite => {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let url = format!("sqlite://{}/m.db?mode=rwc", tmp.path().display());
+            (
+                custintel::db::connect(&url, None).await.expect("sqlite"),
+                Some(tmp),
+            )
+        }
+        crate::helpers::Backend::Postgres => {
+            let url = std::env::var("TEST_DATABASE_URL").ok()?;
+            let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+            custintel::db::connect(&url, None)
+                .await
+                .expect("postgres")
+                .execute_unprepared(&format!("CREATE SCHEMA {schema}"))
+                .await
+                .expect("schema");
+            (
+                custintel::db::connect(&url, Some(&schema))
+                    .await
+                    .expect("postgres"),
+                None,
+            )
+        }
+    };
+    let before = migration::Migrator::migrations()
+        .iter()
+        .position(|m| m.name() == "m20261124_010000_email_normal_form")
+        .expect("the migration is registered");
+    migration::Migrator::up(&db, Some(before as u32))
+        .await
+        .expect("earlier migrations");
+    Some((db, tmp))
+}
+
+/// Stored emails in mixed case and with padding become the normal form; workspace users that
+/// collapse onto one email keep the oldest row; users that collapse all stay (only the email
+/// changes); another organization's rows are their own.
+async fn email_normal_form_migration(backend: crate::helpers::Backend) {
+    use chrono::{Duration, Utc};
+    use sea_orm::{ActiveModelTrait, Set};
+    let Some((db, _tmp)) = before_email_normal_form(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let now = Utc::now();
+    let user = |id: &str, org: &str, email: Option<&str>| entity::user::ActiveModel {
+        id: Set(id.into()),
+        organization_id: Set(org.into()),
+        customer_id: Set(None),
+        email: Set(email.map(str::to_string)),
+        external_id: Set(None),
+        name: Set(None),
+        stage: Set("discovered".into()),
+        traits: Set(json!({})),
+        last_activity_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    };
+    for (id, org, email) in [
+        ("u1", "org_a", Some(" Ada@Acme.COM ")),
+        ("u2", "org_a", Some("ada@acme.com")),
+        ("u3", "org_a", Some("   ")),
+        ("u4", "org_a", None),
+        ("u5", "org_b", Some("ADA@ACME.COM")),
+        ("u6", "org_a", Some("Émile@Exemple.fr")),
+    ] {
+        user(id, org, email).insert(&db).await.expect("user");
+    }
+    let staff = |id: &str, org: &str, email: &str, age: i64| entity::workspace_user::ActiveModel {
+        id: Set(id.into()),
+        organization_id: Set(org.into()),
+        name: Set(format!("Staff {id}")),
+        email: Set(email.into()),
+        role: Set("CSM".into()),
+        created_at: Set(now - Duration::days(age)),
+    };
+    for (id, org, email, age) in [
+        ("w1", "org_a", "sam@ourco.com", 1),
+        ("w2", "org_a", "Sam@OurCo.com", 5),
+        ("w3", "org_a", "SAM@ourco.com ", 3),
+        ("w4", "org_b", "Sam@OurCo.com", 1),
+        ("w5", "org_a", "mia@ourco.com", 1),
+    ] {
+        staff(id, org, email, age)
+            .insert(&db)
+            .await
+            .expect("workspace user");
+    }
+
+    custintel::db::migrate(&db).await.expect("migrate");
+
+    let users: BTreeMap<String, Option<String>> = entity::user::Entity::find()
+        .all(&db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| (u.id, u.email))
+        .collect();
+    let expected: BTreeMap<String, Option<String>> = [
+        ("u1", Some("ada@acme.com")),
+        ("u2", Some("ada@acme.com")),
+        ("u3", None),
+        ("u4", None),
+        ("u5", Some("ada@acme.com")),
+        ("u6", Some("émile@exemple.fr")),
+    ]
+    .into_iter()
+    .map(|(id, e)| (id.to_string(), e.map(str::to_string)))
+    .collect();
+    assert_eq!(users, expected);
+    let staff: BTreeMap<String, (String, String)> = entity::workspace_user::Entity::find()
+        .all(&db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.id, (w.organization_id, w.email)))
+        .collect();
+    let expected: BTreeMap<String, (String, String)> = [
+        ("w2", "org_a", "sam@ourco.com"),
+        ("w4", "org_b", "sam@ourco.com"),
+        ("w5", "org_a", "mia@ourco.com"),
+    ]
+    .into_iter()
+    .map(|(id, o, e)| (id.to_string(), (o.to_string(), e.to_string())))
+    .collect();
+    assert_eq!(staff, expected);
+}
+
+mod email_normal_form {
+    #[tokio::test]
+    async fn sqlite() {
+        super::email_normal_form_migration(crate::helpers::Backend::Sqlite).await;
+    }
+
+    #[tokio::test]
+    async fn postgres() {
+        super::email_normal_form_migration(crate::helpers::Backend::Postgres).await;
+    }
+}
