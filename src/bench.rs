@@ -47,25 +47,25 @@ pub struct Sample {
     pub domains: Vec<String>,
 }
 
-const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
-const REGIONS: [&str; 3] = ["EU", "NA", "APAC"];
-const ROLES: [&str; 2] = ["admin", "member"];
-const STATUSES: [&str; 4] = ["PAYING", "TRIALING", "CHURNED", "NONE"];
-const STAGES: [&str; 5] = [
+pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
+pub(crate) const REGIONS: [&str; 3] = ["EU", "NA", "APAC"];
+pub(crate) const ROLES: [&str; 2] = ["admin", "member"];
+pub(crate) const STATUSES: [&str; 4] = ["PAYING", "TRIALING", "CHURNED", "NONE"];
+pub(crate) const STAGES: [&str; 5] = [
     "discovered",
     "signed_up",
     "activated",
     "engaged",
     "inactive",
 ];
-const SOURCE_TYPES: [&str; 5] = [
+pub(crate) const SOURCE_TYPES: [&str; 5] = [
     "CALL",
     "EMAIL",
     "CALENDAR_EVENT",
     "SUPPORT_TICKET",
     "OPPORTUNITY",
 ];
-const WORDS: [&str; 12] = [
+pub(crate) const WORDS: [&str; 12] = [
     "renewal",
     "pricing",
     "seats",

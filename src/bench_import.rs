@@ -48,38 +48,8 @@ pub struct ImportBenchArgs {
     pub pause_ms: u64,
 }
 
-const SOURCE_TYPES: [&str; 5] = [
-    "CALL",
-    "EMAIL",
-    "CALENDAR_EVENT",
-    "SUPPORT_TICKET",
-    "OPPORTUNITY",
-];
-const STAGES: [&str; 5] = [
-    "discovered",
-    "signed_up",
-    "activated",
-    "engaged",
-    "inactive",
-];
-const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
-const REGIONS: [&str; 3] = ["EU", "NA", "APAC"];
-const ROLES: [&str; 2] = ["admin", "member"];
-const STATUSES: [&str; 4] = ["PAYING", "TRIALING", "CHURNED", "NONE"];
-const WORDS: [&str; 12] = [
-    "renewal",
-    "pricing",
-    "seats",
-    "export",
-    "integration",
-    "latency",
-    "onboarding",
-    "budget",
-    "security",
-    "review",
-    "dashboard",
-    "migration",
-];
+// The generated book draws on the same vocabulary as `bench tools`' data set.
+use crate::bench::{PLANS, REGIONS, ROLES, SOURCE_TYPES, STAGES, STATUSES, WORDS};
 
 fn domain(c: usize) -> String {
     format!("company-{c}.example.com")
