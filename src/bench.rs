@@ -437,6 +437,7 @@ async fn run(url: &str, args: &ToolsBenchArgs) -> Result<()> {
         public_url: "http://127.0.0.1".into(),
         integrations: Default::default(),
         search: crate::search::SearchIndex::start(conn.clone())?,
+        agents: Default::default(),
     };
     // Steady-state latency: the index build at start would otherwise share the two cores with
     // the first cases (its own time is logged as `search index built`).

@@ -263,6 +263,7 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         public_url: "http://127.0.0.1".into(),
         integrations: integrations.clone(),
         search: crate::search::SearchIndex::start(server_db.clone())?,
+        agents: Default::default(),
     };
     let _scheduler =
         crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);

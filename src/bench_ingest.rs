@@ -458,6 +458,7 @@ async fn start_instance(
         public_url: "http://127.0.0.1".into(),
         integrations: Default::default(),
         search: crate::search::SearchIndex::new(conn)?,
+        agents: Default::default(),
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {

@@ -15,6 +15,7 @@ pub async fn open_state(database_url: &str, public_url: &str) -> anyhow::Result<
         public_url: public_url.trim_end_matches('/').to_string(),
         integrations: crate::integrations::IntegrationsConfig::from_env(),
         search,
+        agents: crate::agents::AgentsConfig::from_env(),
     })
 }
 

@@ -1378,6 +1378,7 @@ async fn seed_agents(
             action_keys: Set(json!(spec.actions)),
             schedule_enabled: Set(spec.enabled),
             schedule_cron: Set(Some(spec.cron.to_string())),
+            schedule_timezone: Set("UTC".to_string()),
             next_run_at: Set(spec.next_run.map(|d| now + d)),
             last_run_at: Set(last_run_at),
             last_successful_run_at: Set(spec.last_success.map(|d| now - d)),

@@ -4,6 +4,7 @@
 //! in-process or serve it on a real socket.
 
 pub mod admin;
+pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod bench;

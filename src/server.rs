@@ -68,6 +68,7 @@ pub fn openapi_value() -> Value {
         public_url: String::new(),
         integrations: Default::default(),
         search,
+        agents: Default::default(),
     };
     openapi_document(&api::service(state).spec())
 }
@@ -155,6 +156,9 @@ pub async fn serve(
         state.secrets.clone(),
         std::time::Duration::from_secs(5),
     );
+    // Agents' schedules run on every instance; a tick is claimed once across instances.
+    let _agent_schedules =
+        crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
     let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
     let applier = crate::ingest::applier::Applier::spawn(state.db.clone(), window);
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new

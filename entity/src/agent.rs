@@ -14,6 +14,8 @@ pub struct Model {
     pub action_keys: Json,
     pub schedule_enabled: bool,
     pub schedule_cron: Option<String>,
+    /// IANA time zone the cron expression is read in.
+    pub schedule_timezone: String,
     pub next_run_at: Option<DateTimeUtc>,
     pub last_run_at: Option<DateTimeUtc>,
     pub last_successful_run_at: Option<DateTimeUtc>,

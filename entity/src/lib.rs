@@ -2,6 +2,7 @@
 //! own behaviour and the API has its own DTO types named after the spec's resources.
 
 pub mod agent;
+pub mod agent_run;
 pub mod api_key;
 pub mod api_usage;
 pub mod audit_entry;

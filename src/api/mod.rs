@@ -33,6 +33,8 @@ pub struct AppState {
     pub integrations: crate::integrations::IntegrationsConfig,
     /// Full-text index over sources and facts, following the database's change log.
     pub search: crate::search::SearchIndex,
+    /// The language model agents run on and the bounds of their runs.
+    pub agents: crate::agents::AgentsConfig,
 }
 
 impl AppState {

@@ -14,6 +14,20 @@ pub enum AgentsCommand {
     Get { id: String },
     /// Stop an agent's schedule.
     Disable { id: String },
+    /// An agent's runs, newest first: status, turns, tool calls, tokens.
+    Runs {
+        /// The agent's id or key.
+        id: String,
+        /// Only runs with this status (RUNNING, SUCCEEDED, FAILED, SKIPPED).
+        #[arg(long)]
+        status: Option<String>,
+        /// Runs per page, 1 to 100.
+        #[arg(long)]
+        limit: Option<u32>,
+        /// The previous page's `nextCursor`.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,7 +184,75 @@ pub async fn agents(client: &Client, c: AgentsCommand, out: OutputArgs) -> Resul
         AgentsCommand::List => list(client, &AGENTS, out).await,
         AgentsCommand::Get { id } => show(client, &AGENTS, &id, None, out).await,
         AgentsCommand::Disable { id } => show(client, &AGENTS, &id, Some("disable"), out).await,
+        AgentsCommand::Runs {
+            id,
+            status,
+            limit,
+            cursor,
+        } => agent_runs(client, &id, status, limit, cursor, out).await,
     }
+}
+
+async fn agent_runs(
+    client: &Client,
+    id: &str,
+    status: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+    out: OutputArgs,
+) -> Result<(), CliError> {
+    let mut query = Vec::new();
+    if let Some(s) = status {
+        query.push(("status", s));
+    }
+    if let Some(l) = limit {
+        query.push(("limit", l.to_string()));
+    }
+    if let Some(c) = cursor {
+        query.push(("cursor", c));
+    }
+    let answer = client
+        .get(&format!("{}/{}/runs", AGENTS.path, segment(id)), &query)
+        .await?;
+    if out.json {
+        output::json(&answer);
+        return Ok(());
+    }
+    let headers = [
+        "ID", "TRIGGER", "STATUS", "STARTED", "TURNS", "TOOLS", "ACTIONS", "TOKENS", "REASON",
+    ];
+    let count = |run: &Value, p: &str| {
+        output::at(run, p)
+            .as_array()
+            .map_or(0, Vec::len)
+            .to_string()
+    };
+    let rows: Vec<Vec<String>> = output::at(data(&answer), "/runs")
+        .as_array()
+        .map(|runs| {
+            runs.iter()
+                .map(|run| {
+                    vec![
+                        output::cell(output::at(run, "/id")),
+                        output::cell(output::at(run, "/trigger")),
+                        output::cell(output::at(run, "/status")),
+                        output::cell(output::at(run, "/startedAt")),
+                        output::cell(output::at(run, "/turns")),
+                        count(run, "/toolCalls"),
+                        count(run, "/actions"),
+                        output::cell(output::at(run, "/usage/totalTokens")),
+                        output::cell(output::at(run, "/reason")),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    output::table(&headers, &rows);
+    let next = output::at(data(&answer), "/nextCursor");
+    if next.as_str().is_some_and(|c| !c.is_empty()) {
+        println!("next page: --cursor {}", output::cell(next));
+    }
+    Ok(())
 }
 
 pub async fn signals(client: &Client, c: SignalsCommand, out: OutputArgs) -> Result<(), CliError> {

@@ -10,7 +10,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{audit, ActionContext, PlatformError, PlatformResult};
-use crate::{envelope::ResourceRef, request::Issues};
+use crate::{
+    agents::schedules::{Schedule, ScheduleError},
+    envelope::ResourceRef,
+    request::{Issues, ValidationIssue},
+};
 use entity::agent;
 
 /// Changes to an agent; every field is optional and only sent fields change.
@@ -24,8 +28,27 @@ pub struct AgentUpdate {
     /// The agent's instructions, 1 to 10000 characters. Accepted here, never returned.
     #[oai(validator(min_length = 1, max_length = 10000))]
     pub instructions: Option<String>,
-    /// Keys of the actions the agent may take; each at least 1 character.
+    /// Keys of the actions the agent may take; each at least 1 character. The service knows
+    /// `notify_destination`, `tag_customer` and `create_fact`; other keys are reported on the
+    /// agent's runs and never run.
     pub action_keys: Option<Vec<String>>,
+    /// The agent's own schedule (extension).
+    pub schedule: Option<ScheduleUpdate>,
+}
+
+/// When the agent runs on its own: a 5-field cron read in a time zone.
+#[derive(Debug, Default, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct ScheduleUpdate {
+    /// Whether the schedule runs. Enabling needs a cron (sent now or set before).
+    pub enabled: bool,
+    /// 5-field POSIX cron: minute hour day-of-month month day-of-week (`0 9 * * 1` is Mondays
+    /// at 09:00). Omitted: the current one is kept.
+    pub cron: Option<String>,
+    /// IANA time zone the cron is read in (`Europe/Berlin`). Omitted: the current one is kept
+    /// (`UTC` by default).
+    pub timezone: Option<String>,
 }
 
 pub async fn list(db: &DatabaseConnection, org: &str) -> PlatformResult<Vec<agent::Model>> {
@@ -93,6 +116,8 @@ pub async fn update(
     validate(&changes)?;
     let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
+    let current_cron = current.schedule_cron.clone();
+    let current_timezone = current.schedule_timezone.clone();
     let mut model = current.into_active_model();
     let mut changed = Vec::new();
     if let Some(name) = changes.display_name {
@@ -106,6 +131,56 @@ pub async fn update(
     if let Some(keys) = changes.action_keys {
         model.action_keys = Set(json!(keys));
         changed.push("actionKeys");
+    }
+    if let Some(schedule) = changes.schedule {
+        let cron = schedule
+            .cron
+            .as_deref()
+            .map(str::trim)
+            .map(str::to_string)
+            .or_else(|| current_cron.clone());
+        let timezone = schedule
+            .timezone
+            .as_deref()
+            .map(str::trim)
+            .map(str::to_string)
+            .unwrap_or_else(|| current_timezone.clone());
+        let next_run_at = match (&cron, schedule.enabled) {
+            (None, true) => {
+                return Err(PlatformError::Validation(vec![ValidationIssue::new(
+                    vec!["schedule".into(), "cron".into()],
+                    "a cron is needed to enable the schedule",
+                )]))
+            }
+            (None, false) => None,
+            (Some(cron), enabled) => {
+                let parsed = Schedule::parse(cron, &timezone).map_err(|e| {
+                    let field = match e {
+                        ScheduleError::Cron(_) => "cron",
+                        ScheduleError::Timezone(_) => "timezone",
+                    };
+                    PlatformError::Validation(vec![ValidationIssue::new(
+                        vec!["schedule".into(), field.into()],
+                        e.to_string(),
+                    )])
+                })?;
+                if enabled {
+                    Some(parsed.next_after(Utc::now()).ok_or_else(|| {
+                        PlatformError::Validation(vec![ValidationIssue::new(
+                            vec!["schedule".into(), "cron".into()],
+                            format!("`{cron}` never matches a future time"),
+                        )])
+                    })?)
+                } else {
+                    None
+                }
+            }
+        };
+        model.schedule_cron = Set(cron);
+        model.schedule_timezone = Set(timezone);
+        model.schedule_enabled = Set(schedule.enabled);
+        model.next_run_at = Set(next_run_at);
+        changed.push("schedule");
     }
     model.updated_at = Set(Utc::now());
     let agent = model.update(&txn).await?;

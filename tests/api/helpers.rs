@@ -78,6 +78,7 @@ pub async fn state_without_server(
         public_url: "http://127.0.0.1:0".into(),
         integrations: Default::default(),
         search: custintel::search::SearchIndex::new(db).expect("search index"),
+        agents: Default::default(),
     };
     Some((state, tmp))
 }
@@ -87,6 +88,22 @@ pub async fn spawn_with(
     backend: Backend,
     integrations: custintel::integrations::IntegrationsConfig,
 ) -> Option<TestApp> {
+    spawn_configured(backend, integrations, Default::default()).await
+}
+
+/// [`spawn`] with chosen agent settings (e.g. a fake Chat Completions server).
+pub async fn spawn_with_agents(
+    backend: Backend,
+    agents: custintel::agents::AgentsConfig,
+) -> Option<TestApp> {
+    spawn_configured(backend, Default::default(), agents).await
+}
+
+async fn spawn_configured(
+    backend: Backend,
+    integrations: custintel::integrations::IntegrationsConfig,
+    agents: custintel::agents::AgentsConfig,
+) -> Option<TestApp> {
     let (db, tmp) = fresh_db(backend).await?;
     let state = AppState {
         db: db.clone(),
@@ -94,6 +111,7 @@ pub async fn spawn_with(
         public_url: "http://127.0.0.1:0".into(),
         integrations,
         search: custintel::search::SearchIndex::start(db.clone()).expect("search index"),
+        agents,
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
     let serve_state = state.clone();

@@ -1,8 +1,10 @@
 //! One test binary (one link step) for the whole API: contract, platform actions, keys, CLI.
 
+mod fake_llm;
 mod fake_stripe;
 mod helpers;
 
+mod agents_run;
 mod browser;
 mod cli;
 mod cli_client;

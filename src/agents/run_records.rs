@@ -1,0 +1,304 @@
+//! Agent runs as stored: started as `RUNNING`, finished once with everything the run did, listed
+//! newest first.
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    sea_query::Expr, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, Set,
+};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{status, Trigger};
+use crate::platform::{agents as platform_agents, PlatformError, PlatformResult};
+use entity::agent_run;
+
+/// How long a `RUNNING` row may stay so before a sweep closes it as `FAILED`: well past the run
+/// time limit, so only runs whose instance stopped are closed.
+pub const RUN_LEASE: chrono::Duration = chrono::Duration::minutes(3);
+
+/// One tool call of a run.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRecord {
+    pub name: String,
+    pub input: Value,
+    pub result_bytes: u64,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// One action of a run.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionRecord {
+    pub key: String,
+    pub input: Value,
+    /// `done`, `refused` or `failed`.
+    pub status: &'static str,
+    pub error: Option<String>,
+}
+
+/// A run as it is being made.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    pub id: String,
+    pub organization_id: String,
+    pub agent_id: String,
+    pub trigger: Trigger,
+    pub automation_run_id: Option<String>,
+    pub scheduled_for: Option<DateTime<Utc>>,
+    pub status: &'static str,
+    pub reason: Option<String>,
+    pub warnings: Vec<String>,
+    pub started_at: DateTime<Utc>,
+    pub turns: u32,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub actions: Vec<ActionRecord>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub total_tokens: i64,
+    pub message: Option<String>,
+}
+
+impl RunRecord {
+    pub fn new(
+        organization_id: &str,
+        agent_id: &str,
+        trigger: Trigger,
+        automation_run_id: Option<String>,
+        scheduled_for: Option<DateTime<Utc>>,
+    ) -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            organization_id: organization_id.to_string(),
+            agent_id: agent_id.to_string(),
+            trigger,
+            automation_run_id,
+            scheduled_for,
+            status: status::RUNNING,
+            reason: None,
+            warnings: Vec::new(),
+            started_at: Utc::now(),
+            turns: 0,
+            tool_calls: Vec::new(),
+            actions: Vec::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            message: None,
+        }
+    }
+
+    pub fn finish(&mut self, status: &'static str, reason: Option<String>) {
+        self.status = status;
+        self.reason = reason;
+    }
+}
+
+/// Stores a new `RUNNING` run. For a scheduled run, `Ok(false)` when another instance already
+/// started the run of that tick.
+pub async fn start(db: &DatabaseConnection, run: &RunRecord) -> Result<bool, sea_orm::DbErr> {
+    let row = agent_run::ActiveModel {
+        id: Set(run.id.clone()),
+        organization_id: Set(run.organization_id.clone()),
+        agent_id: Set(run.agent_id.clone()),
+        trigger: Set(run.trigger.as_str().to_string()),
+        automation_run_id: Set(run.automation_run_id.clone()),
+        scheduled_for: Set(run.scheduled_for),
+        status: Set(run.status.to_string()),
+        reason: Set(run.reason.clone()),
+        warnings: Set(json!(run.warnings)),
+        started_at: Set(run.started_at),
+        finished_at: Set(None),
+        lease_until: Set(Some(run.started_at + RUN_LEASE)),
+        turns: Set(0),
+        tool_calls: Set(json!([])),
+        actions: Set(json!([])),
+        prompt_tokens: Set(0),
+        completion_tokens: Set(0),
+        total_tokens: Set(0),
+        message: Set(None),
+    };
+    let inserted = agent_run::Entity::insert(row)
+        .on_conflict_do_nothing_on([agent_run::Column::AgentId, agent_run::Column::ScheduledFor])
+        .exec_without_returning(db)
+        .await?;
+    Ok(matches!(inserted, sea_orm::TryInsertResult::Inserted(n) if n == 1))
+}
+
+/// Writes the finished run (one statement).
+pub async fn finish(db: &DatabaseConnection, run: &RunRecord) -> Result<(), sea_orm::DbErr> {
+    let now = Utc::now();
+    agent_run::Entity::update_many()
+        .col_expr(agent_run::Column::Status, Expr::value(run.status))
+        .col_expr(agent_run::Column::Reason, Expr::value(run.reason.clone()))
+        .col_expr(
+            agent_run::Column::Warnings,
+            Expr::value(json!(run.warnings)),
+        )
+        .col_expr(agent_run::Column::FinishedAt, Expr::value(Some(now)))
+        .col_expr(
+            agent_run::Column::LeaseUntil,
+            Expr::value(None::<DateTime<Utc>>),
+        )
+        .col_expr(agent_run::Column::Turns, Expr::value(run.turns as i32))
+        .col_expr(
+            agent_run::Column::ToolCalls,
+            Expr::value(json!(run.tool_calls)),
+        )
+        .col_expr(agent_run::Column::Actions, Expr::value(json!(run.actions)))
+        .col_expr(
+            agent_run::Column::PromptTokens,
+            Expr::value(run.prompt_tokens),
+        )
+        .col_expr(
+            agent_run::Column::CompletionTokens,
+            Expr::value(run.completion_tokens),
+        )
+        .col_expr(
+            agent_run::Column::TotalTokens,
+            Expr::value(run.total_tokens),
+        )
+        .col_expr(agent_run::Column::Message, Expr::value(run.message.clone()))
+        .filter(agent_run::Column::Id.eq(run.id.as_str()))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Closes `RUNNING` runs whose instance stopped (their lease ended) as `FAILED`.
+pub async fn sweep_abandoned<C: ConnectionTrait>(db: &C) -> Result<u64, sea_orm::DbErr> {
+    let now = Utc::now();
+    let closed = agent_run::Entity::update_many()
+        .col_expr(agent_run::Column::Status, Expr::value(status::FAILED))
+        .col_expr(
+            agent_run::Column::Reason,
+            Expr::value("the instance running it stopped before the run finished"),
+        )
+        .col_expr(agent_run::Column::FinishedAt, Expr::value(Some(now)))
+        .col_expr(
+            agent_run::Column::LeaseUntil,
+            Expr::value(None::<DateTime<Utc>>),
+        )
+        .filter(agent_run::Column::Status.eq(status::RUNNING))
+        .filter(agent_run::Column::LeaseUntil.lt(now))
+        .exec(db)
+        .await?;
+    Ok(closed.rows_affected)
+}
+
+/// A page of an agent's runs, newest first.
+pub struct RunPage {
+    pub runs: Vec<agent_run::Model>,
+    /// `""` on the last page.
+    pub next_cursor: String,
+}
+
+pub const DEFAULT_LIMIT: u32 = 20;
+pub const MAX_LIMIT: u32 = 100;
+
+fn encode_cursor(run: &agent_run::Model) -> String {
+    let raw = format!("{}|{}", run.started_at.timestamp_micros(), run.id);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor.trim())
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (micros, id) = text.split_once('|')?;
+    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    Some((at, id.to_string()))
+}
+
+/// The agent's runs (by agent id or key), filtered by `status`, `limit` per page.
+pub async fn list(
+    db: &DatabaseConnection,
+    org: &str,
+    agent: &str,
+    status_filter: Option<&str>,
+    limit: Option<u32>,
+    cursor: Option<&str>,
+) -> PlatformResult<RunPage> {
+    let mut issues = crate::request::Issues::default();
+    let status_filter = status_filter.map(|s| s.trim().to_ascii_uppercase());
+    if let Some(s) = &status_filter {
+        if !status::ALL.contains(&s.as_str()) {
+            issues.push(
+                vec!["status".into()],
+                format!("must be one of {}", status::ALL.join(", ")),
+            );
+        }
+    }
+    let limit = limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        issues.push(
+            vec!["limit".into()],
+            format!("must be between 1 and {MAX_LIMIT}"),
+        );
+    }
+    let after = match cursor.filter(|c| !c.trim().is_empty()) {
+        Some(c) => match decode_cursor(c) {
+            Some(position) => Some(position),
+            None => {
+                issues.push(
+                    vec!["cursor".into()],
+                    "not a cursor from a previous page's `nextCursor`",
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    issues.into_result()?;
+    let agent = platform_agents::get(db, org, agent).await?;
+    let mut query = agent_run::Entity::find()
+        .filter(agent_run::Column::OrganizationId.eq(org))
+        .filter(agent_run::Column::AgentId.eq(agent.id.as_str()));
+    if let Some(s) = &status_filter {
+        query = query.filter(agent_run::Column::Status.eq(s.as_str()));
+    }
+    if let Some((at, id)) = after {
+        query = query.filter(
+            Condition::any()
+                .add(agent_run::Column::StartedAt.lt(at))
+                .add(
+                    Condition::all()
+                        .add(agent_run::Column::StartedAt.eq(at))
+                        .add(agent_run::Column::Id.lt(id)),
+                ),
+        );
+    }
+    let mut runs = query
+        .order_by_desc(agent_run::Column::StartedAt)
+        .order_by_desc(agent_run::Column::Id)
+        .limit(u64::from(limit) + 1)
+        .all(db)
+        .await?;
+    let next_cursor = if runs.len() > limit as usize {
+        runs.truncate(limit as usize);
+        runs.last().map(encode_cursor).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok(RunPage { runs, next_cursor })
+}
+
+/// One run of the agent (by agent id or key).
+pub async fn get(
+    db: &DatabaseConnection,
+    org: &str,
+    agent: &str,
+    run_id: &str,
+) -> PlatformResult<agent_run::Model> {
+    let agent = platform_agents::get(db, org, agent).await?;
+    agent_run::Entity::find_by_id(run_id.trim().to_string())
+        .filter(agent_run::Column::OrganizationId.eq(org))
+        .filter(agent_run::Column::AgentId.eq(agent.id.as_str()))
+        .one(db)
+        .await?
+        .ok_or_else(|| PlatformError::NotFound(format!("agent run `{}` not found", run_id.trim())))
+}
