@@ -247,9 +247,12 @@ impl ModelClient {
                     }
                     (error, retry_after)
                 }
+                Err(e) if e.is_timeout() && Instant::now() >= deadline => {
+                    return Err(ModelError::Deadline)
+                }
                 Err(e) => (
                     ModelError::Transport {
-                        error: self.clean(&e.without_url().to_string()),
+                        error: self.clean(&chain(&e.without_url())),
                         attempts: attempt,
                     },
                     None,
@@ -294,6 +297,18 @@ impl ModelClient {
             _ => text.to_string(),
         }
     }
+}
+
+/// An error with its causes ("error sending request: connection refused").
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn parse(text: &str) -> Result<Completion, ModelError> {

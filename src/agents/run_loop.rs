@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{
     actions::{self, ActionScope},
-    model_client::{ChatMessage, ModelClient, ToolCall},
+    model_client::{ChatMessage, ModelClient, ModelError, ToolCall},
     run_records::{self, ActionRecord, RunRecord, ToolCallRecord},
     status,
     tools_offered::{self, Offered, Toolbox},
@@ -68,16 +68,17 @@ pub async fn execute(
                 Ok(Err(reason)) => run.finish(status::FAILED, Some(reason)),
                 Err(_) => run.finish(
                     status::FAILED,
-                    Some(format!(
-                        "the run took longer than its {} s limit",
-                        runtime.config().run_timeout.as_secs()
-                    )),
+                    Some(time_limit(runtime.config().run_timeout)),
                 ),
             }
         }
     }
     run_records::finish(db, &run).await?;
     Ok(Some(run))
+}
+
+fn time_limit(limit: std::time::Duration) -> String {
+    format!("the run took longer than its {} s limit", limit.as_secs())
 }
 
 fn system_prompt(agent: &agent::Model, toolbox: &Toolbox) -> String {
@@ -130,7 +131,10 @@ async fn converse(
         let completion = client
             .complete(&messages, &toolbox.definitions, deadline)
             .await
-            .map_err(|e| format!("model call failed: {e}"))?;
+            .map_err(|e| match e {
+                ModelError::Deadline => time_limit(config.run_timeout),
+                e => format!("model call failed: {e}"),
+            })?;
         run.turns += 1;
         run.prompt_tokens += completion.usage.prompt_tokens;
         run.completion_tokens += completion.usage.completion_tokens;

@@ -22,6 +22,9 @@ const KEY: &str = "sk-test-secret-4242";
 /// pointed at a fake model answering with `$responder`.
 macro_rules! llm_test {
     ($name:ident, $responder:expr, $body:expr) => {
+        llm_test!($name, |c| c, $responder, $body);
+    };
+    ($name:ident, $configure:expr, $responder:expr, $body:expr) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
@@ -30,7 +33,11 @@ macro_rules! llm_test {
             }
             async fn go(backend: Backend) {
                 let fake = FakeLlm::start(Arc::new(respond) as Responder).await;
-                let Some(app) = helpers::spawn_with_agents(backend, fake.config(Some(KEY))).await
+                let configure: fn(
+                    custintel::agents::AgentsConfig,
+                ) -> custintel::agents::AgentsConfig = $configure;
+                let Some(app) =
+                    helpers::spawn_with_agents(backend, configure(fake.config(Some(KEY)))).await
                 else {
                     eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
                     return;
@@ -232,6 +239,75 @@ llm_test!(
         assert_eq!(run["usage"]["totalTokens"], 120);
         assert_eq!(run["message"], Value::Null);
         assert_eq!(run["reason"], "no final answer within 8 model turns");
+    }
+);
+
+llm_test!(
+    a_run_over_its_token_budget_fails,
+    |mut c| {
+        c.token_budget = 1_000;
+        c
+    },
+    |_n, _body: &Value| (200, tool_calls(&[("svc_schema", json!({}))], (400, 200))),
+    |app: TestApp, fake: FakeLlm| async move {
+        let org = app.demo_org().await;
+        let watch = agent(&app, &org.organization_id, "churn-watch").await;
+        let outcome = run_for(&app, &org.organization_id, &watch.id).await;
+        assert_eq!(outcome.message, None);
+        // 600 tokens per turn: the second turn crosses 1,000 and the run stops there.
+        assert_eq!(fake.requests().len(), 2);
+        let run_id = outcome.agent_run_id.unwrap().to_string();
+        let body = get_run(&app, &org.api_key, &watch.id, &run_id).await;
+        let run = &body["result"]["data"]["run"];
+        assert_eq!(run["status"], "FAILED");
+        assert_eq!(run["turns"], 2);
+        assert_eq!(run["usage"]["totalTokens"], 1_200);
+        assert_eq!(
+            run["reason"],
+            "the run used 1200 tokens, over its budget of 1000"
+        );
+    }
+);
+
+llm_test!(
+    a_run_over_its_time_limit_fails,
+    |mut c| {
+        c.run_timeout = std::time::Duration::from_secs(1);
+        c
+    },
+    |_n, _body: &Value| {
+        let mut slow = answer("too late", (1, 1));
+        slow["__delayMs"] = json!(4_000);
+        (200, slow)
+    },
+    |app: TestApp, _fake: FakeLlm| async move {
+        let org = app.demo_org().await;
+        let watch = agent(&app, &org.organization_id, "churn-watch").await;
+        let started = std::time::Instant::now();
+        let outcome = run_for(&app, &org.organization_id, &watch.id).await;
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+        assert_eq!(outcome.message, None);
+        let run_id = outcome.agent_run_id.unwrap().to_string();
+        let body = get_run(&app, &org.api_key, &watch.id, &run_id).await;
+        let run = &body["result"]["data"]["run"];
+        assert_eq!(run["status"], "FAILED");
+        assert_eq!(run["reason"], "the run took longer than its 1 s limit");
+    }
+);
+
+llm_test!(
+    a_model_answering_429_then_503_is_retried,
+    |n, _body: &Value| match n {
+        0 => (429, json!({"error": {"message": "rate limited"}})),
+        1 => (503, json!({"error": {"message": "overloaded"}})),
+        _ => (200, answer("Fine after retries.", (5, 5))),
+    },
+    |app: TestApp, fake: FakeLlm| async move {
+        let org = app.demo_org().await;
+        let watch = agent(&app, &org.organization_id, "churn-watch").await;
+        let outcome = run_for(&app, &org.organization_id, &watch.id).await;
+        assert_eq!(outcome.message.as_deref(), Some("Fine after retries."));
+        assert_eq!(fake.requests().len(), 3);
     }
 );
 

@@ -392,6 +392,36 @@ async fn login_integrations_and_platform_commands() {
     assert!(ok(&r).contains("displayName"));
     let r = run(home, base, &[], &["agents", "disable", &agent]).await;
     assert!(ok(&r).contains("disabled"));
+    // A run recorded (no model configured: SKIPPED), then listed by the CLI.
+    custintel::agents::run_for_automation(
+        &custintel::agents::AgentRuntime::new(app.state.clone()),
+        custintel::agents::AutomationRunInput {
+            organization_id: uuid::Uuid::parse_str(&org.organization_id).unwrap(),
+            agent_id: uuid::Uuid::parse_str(&agent).unwrap(),
+            automation_run_id: uuid::Uuid::new_v4(),
+            context: serde_json::json!({}),
+            destination_ids: vec![],
+        },
+    )
+    .await;
+    let r = run(home, base, &[], &["agents", "runs", &agent]).await;
+    let table = ok(&r);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(
+        table.contains("automation") && table.contains("SKIPPED"),
+        "{table}"
+    );
+    let runs = json(
+        &run(
+            home,
+            base,
+            &[],
+            &["agents", "runs", &agent, "--status", "skipped", "--json"],
+        )
+        .await,
+    );
+    assert_eq!(runs["commandId"], "agent.run.list");
+    assert_eq!(runs["result"]["data"]["runs"].as_array().unwrap().len(), 1);
     let signals = json(&run(home, base, &[], &["signals", "list", "--json"]).await);
     let signal = signals["result"]["data"]["signals"][0]["id"]
         .as_str()

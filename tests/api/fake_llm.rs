@@ -1,6 +1,6 @@
 //! A scripted fake of an OpenAI-compatible Chat Completions server on 127.0.0.1:0. Each test
 //! gives a responder: from the call's number (0-based) and the request body, the status and JSON
-//! body to answer. Every request (headers and body) is kept for the test to inspect.
+//! body to answer (`__delayMs` in it delays the answer). Every request (headers and body) is kept for the test to inspect.
 
 use std::sync::{Arc, Mutex};
 
@@ -40,7 +40,15 @@ async fn completions(req: &Request, fake: Data<&FakeLlm>, Json(body): Json<Value
         });
         requests.len() - 1
     };
-    let (status, answer) = (fake.responder)(n, &body);
+    let (status, mut answer) = (fake.responder)(n, &body);
+    // A responder may ask for a slow answer with `__delayMs`.
+    if let Some(ms) = answer
+        .as_object_mut()
+        .and_then(|o| o.remove("__delayMs"))
+        .and_then(|v| v.as_u64())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
     Json(answer)
         .with_status(StatusCode::from_u16(status).unwrap())
         .into_response()
