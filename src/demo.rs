@@ -1323,10 +1323,16 @@ async fn seed_agents(
         AgentSpec {
             key: "churn-watch",
             name: "Churn Watch",
-            instructions: "Every morning, review paying customers whose activity dropped or who \
-                           raised an escalation in the last 14 days. Summarize each risk in two \
-                           sentences, cite the facts you relied on, and post the list to the CS \
-                           alerts channel. Never contact customers directly.",
+            instructions: "You watch for churn risk. When an automation hands you an account \
+                           (its subject, signals and recent events), look it up with \
+                           svc_get_customer (users, revenue, facts) and its recent timeline, \
+                           then write the alert for the CS channel: what happened, why it \
+                           matters for this account (MRR, billing status, open issues), and one \
+                           next step, citing the facts you relied on. Tag the account \
+                           `churn-risk` when the evidence is clear. On your morning schedule, \
+                           review paying customers whose activity dropped or who raised an \
+                           escalation in the last 14 days and summarize each risk in two \
+                           sentences. Never contact customers directly.",
             actions: &["notify_destination", "tag_customer"],
             cron: "0 8 * * *",
             enabled: true,

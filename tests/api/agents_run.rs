@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::{Datelike, Timelike, Utc};
 use custintel::agents::{run_for_automation, AgentRuntime, AutomationRunInput};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -70,6 +70,7 @@ async fn a_customer(app: &TestApp, org: &str) -> entity::customer::Model {
     entity::customer::Entity::find()
         .filter(entity::customer::Column::OrganizationId.eq(org))
         .filter(entity::customer::Column::Domain.is_not_null())
+        .order_by_asc(entity::customer::Column::Domain)
         .one(&app.db)
         .await
         .unwrap()
@@ -170,7 +171,7 @@ llm_test!(
         assert!(requests[0].body["messages"][0]["content"]
             .as_str()
             .unwrap()
-            .contains("Every morning, review paying customers"));
+            .contains("You watch for churn risk."));
         // The gateway's answer went back to the model.
         let results = tool_results(&requests[1].body);
         assert_eq!(results.len(), 1);
