@@ -74,6 +74,17 @@ pub async fn execute(
         }
     }
     run_records::finish(db, &run).await?;
+    tracing::info!(
+        agent = %agent.id,
+        run = %run.id,
+        trigger = run.trigger.as_str(),
+        status = run.status,
+        turns = run.turns,
+        tool_calls = run.tool_calls.len(),
+        total_tokens = run.total_tokens,
+        reason = run.reason.as_deref().unwrap_or(""),
+        "agent run finished"
+    );
     Ok(Some(run))
 }
 

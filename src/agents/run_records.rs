@@ -171,6 +171,15 @@ pub async fn finish(db: &DatabaseConnection, run: &RunRecord) -> Result<(), sea_
 /// Closes `RUNNING` runs whose instance stopped (their lease ended) as `FAILED`.
 pub async fn sweep_abandoned<C: ConnectionTrait>(db: &C) -> Result<u64, sea_orm::DbErr> {
     let now = Utc::now();
+    // A read first: most sweeps find nothing, and then take no write lock on SQLite.
+    let abandoned = agent_run::Entity::find()
+        .filter(agent_run::Column::Status.eq(status::RUNNING))
+        .filter(agent_run::Column::LeaseUntil.lt(now))
+        .one(db)
+        .await?;
+    if abandoned.is_none() {
+        return Ok(0);
+    }
     let closed = agent_run::Entity::update_many()
         .col_expr(agent_run::Column::Status, Expr::value(status::FAILED))
         .col_expr(

@@ -904,3 +904,50 @@ crate::db_test!(
         snap!("agent_run_list", r.body);
     }
 );
+
+crate::db_test!(
+    runs_of_a_stopped_instance_are_closed,
+    |app: TestApp| async move {
+        use sea_orm::{ActiveModelTrait, Set};
+        let org = app.demo_org().await;
+        let watch = agent(&app, &org.organization_id, "churn-watch").await;
+        let started = Utc::now() - chrono::Duration::minutes(10);
+        let id = Uuid::new_v4().to_string();
+        // A run left RUNNING by an instance that was killed: its lease ended long ago.
+        entity::agent_run::ActiveModel {
+            id: Set(id.clone()),
+            organization_id: Set(org.organization_id.clone()),
+            agent_id: Set(watch.id.clone()),
+            trigger: Set("automation".into()),
+            automation_run_id: Set(Some(Uuid::new_v4().to_string())),
+            scheduled_for: Set(None),
+            status: Set("RUNNING".into()),
+            reason: Set(None),
+            warnings: Set(json!([])),
+            started_at: Set(started),
+            finished_at: Set(None),
+            lease_until: Set(Some(started + chrono::Duration::minutes(3))),
+            turns: Set(1),
+            tool_calls: Set(json!([])),
+            actions: Set(json!([])),
+            prompt_tokens: Set(10),
+            completion_tokens: Set(0),
+            total_tokens: Set(10),
+            message: Set(None),
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+        custintel::agents::schedules::tick(&AgentRuntime::new(app.state.clone()))
+            .await
+            .unwrap();
+        let body = get_run(&app, &org.api_key, &watch.id, &id).await;
+        let run = &body["result"]["data"]["run"];
+        assert_eq!(run["status"], "FAILED");
+        assert_eq!(
+            run["reason"],
+            "the instance running it stopped before the run finished"
+        );
+        assert!(run["finishedAt"].is_string());
+    }
+);
