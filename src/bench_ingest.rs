@@ -582,6 +582,36 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         );
     }
 
+    // 1b. The acknowledging path alone: the same closed loop with the applier paused, so the
+    //     two cores are shared only by the HTTP/JSON path, the journal append and the load
+    //     generator; the backlog is applied afterwards.
+    crate::ingest::applier::set_paused(true);
+    let alone = drive(
+        &urls,
+        options.seconds,
+        options.concurrency,
+        None,
+        seq.clone(),
+    )
+    .await;
+    crate::ingest::applier::set_paused(false);
+    print_load(
+        "peak with the applier paused (acknowledging path alone)",
+        &alone,
+    );
+    println!(
+        "  acknowledged / floor: {:.2}",
+        alone.events_per_sec / floor_rate.max(1.0)
+    );
+    let before_drain = applied_total();
+    let took = drain(&conn).await?;
+    let drained = applied_total() - before_drain;
+    println!(
+        "  backlog of {drained} events applied in {:.1} s: {:.0} events/s with no ingest beside it",
+        took.as_secs_f64(),
+        drained as f64 / took.as_secs_f64().max(1e-9)
+    );
+
     // 2. Effects at the spec's rate limit for five organizations: 5 x 100 requests/s of 100
     //    events offered (50,000 events/s), open loop.
     let mut five = Vec::new();

@@ -23,6 +23,15 @@ const IDLE_POLL: Duration = Duration::from_millis(25);
 /// How often expired `messageId` claims are removed (PostgreSQL).
 const EXPIRE_EVERY: Duration = Duration::from_secs(60);
 
+/// Set by `bench ingest` to measure the acknowledging path alone: appliers in this process
+/// leave the journal alone while it is set (what is journaled waits, nothing is lost).
+static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pauses or resumes every applier of this process (benchmarks only).
+pub fn set_paused(paused: bool) {
+    PAUSED.store(paused, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// A running applier; [`Applier::drain`] stops it after it has applied what is journaled.
 pub struct Applier {
     stop: watch::Sender<Option<tokio::time::Instant>>,
@@ -67,7 +76,12 @@ async fn run(
         if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
             return;
         }
-        match apply_next(&db).await {
+        let next = if PAUSED.load(std::sync::atomic::Ordering::Relaxed) && stop_at.is_none() {
+            Ok(None)
+        } else {
+            apply_next(&db).await
+        };
+        match next {
             Ok(Some(_)) => {
                 failures = 0;
                 continue;
