@@ -342,8 +342,10 @@ struct ChunkOutcome {
 
 /// After a chunk, the import leaves the SQLite write lock free for this share of the time it
 /// held it (at least [`MIN_LOCK_GAP`]). SQLite hands the lock to no one in particular: a
-/// waiting writer polls for it (every 100 ms once it has waited a while), and an import that
-/// begins its next chunk at once would take the lock again before any waiter wakes.
+/// waiting writer polls for it (every millisecond, `db::install_busy_handler`), and an import
+/// that began its next chunk at once would take the lock again before any waiter tried. (A
+/// fixed 3 ms gap imported 9% faster but left the server's writes waiting a whole chunk at
+/// p50: 232 ms instead of 12.)
 const LOCK_GAP_SHARE: u32 = 3;
 const MIN_LOCK_GAP: Duration = Duration::from_millis(10);
 
