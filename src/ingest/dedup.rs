@@ -15,6 +15,7 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value as DbValue};
+use serde_json::Value;
 
 /// Default window.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -225,39 +226,35 @@ pub async fn claim_shared<C: ConnectionTrait>(
 ) -> Result<HashSet<(String, String)>, DbErr> {
     let cutoff = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
     let mut fresh = HashSet::new();
-    // A statement may not touch one row twice: the caller passes distinct messages.
-    for chunk in messages.chunks(1_000) {
-        let mut sql = String::from(
-            "INSERT INTO ingest_message_ids (organization_id, message_id, first_seen_at) VALUES ",
-        );
-        let mut values: Vec<DbValue> = Vec::with_capacity(chunk.len() * 3 + 1);
-        for (i, (org, msg)) in chunk.iter().enumerate() {
-            if i > 0 {
-                sql.push(',');
-            }
-            let b = values.len();
-            sql.push_str(&format!("(${}, ${}, ${})", b + 1, b + 2, b + 3));
-            values.push(org.clone().into());
-            values.push(msg.clone().into());
-            values.push(now.into());
-        }
-        values.push(cutoff.into());
-        sql.push_str(&format!(
-            " ON CONFLICT (organization_id, message_id) DO UPDATE SET first_seen_at = \
-             EXCLUDED.first_seen_at WHERE ingest_message_ids.first_seen_at <= ${} \
+    if messages.is_empty() {
+        return Ok(fresh);
+    }
+    // The whole group's claims travel as one JSON parameter that the server unpacks: one short
+    // statement whatever the count. (A multi-row VALUES list with three parameters a row cost
+    // 35-60 ms per thousand rows here, mostly planning; this is what made PostgreSQL's
+    // acknowledgements slow.) A statement may not touch one row twice: the caller passes
+    // distinct messages.
+    let claims: Vec<Value> = messages
+        .iter()
+        .map(|(org, msg)| serde_json::json!({"o": org, "m": msg}))
+        .collect();
+    let rows = conn
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "INSERT INTO ingest_message_ids (organization_id, message_id, first_seen_at) \
+             SELECT c.o, c.m, $2 FROM json_to_recordset($1::json) AS c(o text, m text) \
+             ON CONFLICT (organization_id, message_id) DO UPDATE SET first_seen_at = \
+             EXCLUDED.first_seen_at WHERE ingest_message_ids.first_seen_at <= $3 \
              RETURNING organization_id, message_id",
-            values.len()
-        ));
-        let rows = conn
-            .query_all_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                sql,
-                values,
-            ))
-            .await?;
-        for row in rows {
-            fresh.insert((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
-        }
+            [
+                Value::Array(claims).to_string().into(),
+                now.into(),
+                cutoff.into(),
+            ],
+        ))
+        .await?;
+    for row in rows {
+        fresh.insert((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
     }
     Ok(fresh)
 }
