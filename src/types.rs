@@ -33,8 +33,21 @@ impl<T: Type> Type for Nullable<T> {
 
     fn schema_ref() -> MetaSchemaRef {
         match T::schema_ref() {
-            // A `$ref` cannot carry `nullable` in OpenAPI 3.0; `allOf` with the one reference
-            // can, and SDK generators read it as "this type or null".
+            // An enum is described inline with `null` among its values: under OpenAPI 3.0.3
+            // `nullable` only adds null to the `type` beside it, and an `enum` must list null
+            // itself, so `allOf: [$ref]` + `nullable` refuses null in strict validators.
+            MetaSchemaRef::Reference(name) if !enum_items_of::<T>(&name).is_empty() => {
+                let mut items = enum_items_of::<T>(&name);
+                items.push(Value::Null);
+                MetaSchemaRef::Inline(Box::new(MetaSchema {
+                    ty: "string",
+                    enum_items: items,
+                    nullable: true,
+                    ..MetaSchema::ANY
+                }))
+            }
+            // Other references: `allOf` with the one reference carries `nullable`, which SDK
+            // generators read as "this type or null".
             reference @ MetaSchemaRef::Reference(_) => {
                 MetaSchemaRef::Inline(Box::new(MetaSchema {
                     all_of: vec![reference],
@@ -65,6 +78,17 @@ impl<T: Type> Type for Nullable<T> {
             None => Box::new(std::iter::empty()),
         }
     }
+}
+
+/// The values of the enum `T` registers under `name` (empty when it is not an enum).
+fn enum_items_of<T: Type>(name: &str) -> Vec<Value> {
+    let mut registry = Registry::new();
+    T::register(&mut registry);
+    registry
+        .schemas
+        .get(name)
+        .map(|schema| schema.enum_items.clone())
+        .unwrap_or_default()
 }
 
 impl<T: ParseFromJSON> ParseFromJSON for Nullable<T> {

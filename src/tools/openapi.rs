@@ -83,6 +83,7 @@ fn convert_object(map: &Map<String, Value>) -> Value {
                         obj.entry(k.clone()).or_insert_with(|| to_openapi_30(v));
                     }
                 }
+                enum_admits_null(obj);
             }
             return inner;
         }
@@ -130,6 +131,7 @@ fn convert_object(map: &Map<String, Value>) -> Value {
                     out.insert("nullable".into(), Value::Bool(true));
                 }
                 out.insert("enum".into(), Value::Array(values));
+                enum_admits_null(&mut out);
             }
             "properties" => {
                 let props: Map<String, Value> = value
@@ -157,5 +159,19 @@ fn convert_object(map: &Map<String, Value>) -> Value {
             }
         }
     }
+    enum_admits_null(&mut out);
     Value::Object(out)
+}
+
+/// A nullable enum lists `null` among its values: under OpenAPI 3.0.3 `nullable` only widens
+/// the `type`, and a strict validator still checks the value against `enum`.
+fn enum_admits_null(schema: &mut Map<String, Value>) {
+    if schema.get("nullable") != Some(&Value::Bool(true)) {
+        return;
+    }
+    if let Some(Value::Array(values)) = schema.get_mut("enum") {
+        if !values.contains(&Value::Null) {
+            values.push(Value::Null);
+        }
+    }
 }

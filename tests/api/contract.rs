@@ -67,3 +67,44 @@ fn description_is_version_1_with_bearer_security() {
         .expect("ErrorEnvelope");
     assert_eq!(envelope["additionalProperties"], Value::Bool(false));
 }
+
+/// Every `nullable: true` in the description lets `null` through a strict OpenAPI 3.0.3
+/// validator: it stands beside a `type` (which it widens), and an `enum` beside it lists `null`.
+/// (`allOf: [$ref]` + `nullable` does not: the referenced schema still refuses null.)
+#[test]
+fn nullable_schemas_accept_null_under_strict_validators() {
+    fn walk(path: &str, v: &Value, bad: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if map.get("nullable") == Some(&Value::Bool(true)) {
+                    let typed = map.contains_key("type");
+                    let enum_ok = map
+                        .get("enum")
+                        .and_then(Value::as_array)
+                        .is_none_or(|items| items.contains(&Value::Null));
+                    if !typed || !enum_ok {
+                        bad.push(path.to_string());
+                    }
+                }
+                for (k, child) in map {
+                    walk(&format!("{path}/{k}"), child, bad);
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(&format!("{path}/{i}"), child, bad);
+                }
+            }
+            _ => {}
+        }
+    }
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml"))
+        .expect("openapi.yaml");
+    let doc: Value = serde_yaml::from_str(&text).expect("openapi.yaml parses");
+    let mut bad = Vec::new();
+    walk("", &doc, &mut bad);
+    assert!(
+        bad.is_empty(),
+        "nullable schemas that refuse null under OpenAPI 3.0.3: {bad:#?}"
+    );
+}

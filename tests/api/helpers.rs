@@ -298,7 +298,9 @@ fn description() -> &'static Value {
     })
 }
 
-/// OpenAPI 3.0 schema -> JSON Schema: `nullable` becomes a union with null.
+/// OpenAPI 3.0 schema -> JSON Schema, as strictly as OpenAPI 3.0.3 reads `nullable`: it adds
+/// `null` to the `type` of its own schema object only. It does not reach into `allOf`/`$ref`
+/// beside it, and an `enum` must list `null` itself; strict contract-test tools read it so.
 fn to_json_schema(v: &Value) -> Value {
     match v {
         Value::Object(map) => {
@@ -310,10 +312,11 @@ fn to_json_schema(v: &Value) -> Value {
                 out.insert(k.clone(), to_json_schema(val));
             }
             if map.get("nullable") == Some(&Value::Bool(true)) {
-                json!({ "anyOf": [Value::Object(out), { "type": "null" }] })
-            } else {
-                Value::Object(out)
+                if let Some(ty) = out.get("type").cloned() {
+                    out.insert("type".into(), json!([ty, "null"]));
+                }
             }
+            Value::Object(out)
         }
         Value::Array(items) => Value::Array(items.iter().map(to_json_schema).collect()),
         other => other.clone(),
