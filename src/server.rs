@@ -83,6 +83,30 @@ fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
+/// How long the readiness check waits for the database.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Readiness: 200 while the database answers, 503 `{error}` while it cannot be reached, so a
+/// load balancer sends no traffic to an instance that would fail it. (`/healthz` is liveness:
+/// the process answers, whatever the database does.)
+#[handler]
+async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
+    match tokio::time::timeout(READY_TIMEOUT, db.ping()).await {
+        Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "readiness check: the database cannot be reached");
+            not_ready("the database cannot be reached")
+        }
+        Err(_) => not_ready("the database did not answer within 2 s"),
+    }
+}
+
+fn not_ready(message: &str) -> Response {
+    Json(json!({ "error": message }))
+        .with_status(StatusCode::SERVICE_UNAVAILABLE)
+        .into_response()
+}
+
 /// Unknown routes and methods, and any framework error that escaped a typed route, answer in
 /// the Platform API's `{error}` shape instead of plain text.
 async fn json_error(err: poem::Error) -> Response {
@@ -103,6 +127,7 @@ pub fn app(state: api::AppState) -> impl Endpoint {
         .post(api::connect_page::submit)
         .data(state.clone());
     let mcp = crate::mcp::endpoint(state.clone());
+    let ready = get(readyz).data(state.db.clone());
     let service = api::service(state);
     let doc = openapi_document(&service.spec());
     let yaml = serde_yaml::to_string(&doc).unwrap_or_default();
@@ -127,6 +152,7 @@ pub fn app(state: api::AppState) -> impl Endpoint {
         )
         .nest("/docs", docs)
         .at("/healthz", get(healthz))
+        .at("/readyz", ready)
         .at("/connect/:session_id", connect_page)
         .at("/mcp", mcp)
         .catch_all_error(json_error)

@@ -16,6 +16,7 @@ mod integrations;
 mod keys;
 mod mcp;
 mod notify;
+mod ops;
 mod platform;
 mod search_query;
 mod tools;
