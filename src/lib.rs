@@ -22,6 +22,7 @@ pub mod import;
 pub mod ingest;
 pub mod integrations;
 pub mod mcp;
+pub mod metrics;
 pub mod notify;
 pub mod platform;
 pub mod request;

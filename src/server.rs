@@ -101,6 +101,15 @@ async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
     }
 }
 
+/// Prometheus scrape endpoint (no key: it shows counts only, never an organization's data).
+#[handler]
+async fn metrics_text(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
+    crate::metrics::render(&db)
+        .await
+        .with_content_type("text/plain; version=0.0.4; charset=utf-8")
+        .into_response()
+}
+
 fn not_ready(message: &str) -> Response {
     Json(json!({ "error": message }))
         .with_status(StatusCode::SERVICE_UNAVAILABLE)
@@ -128,6 +137,7 @@ pub fn app(state: api::AppState) -> impl Endpoint {
         .data(state.clone());
     let mcp = crate::mcp::endpoint(state.clone());
     let ready = get(readyz).data(state.db.clone());
+    let metrics = get(metrics_text).data(state.db.clone());
     let service = api::service(state);
     let doc = openapi_document(&service.spec());
     let yaml = serde_yaml::to_string(&doc).unwrap_or_default();
@@ -153,9 +163,11 @@ pub fn app(state: api::AppState) -> impl Endpoint {
         .nest("/docs", docs)
         .at("/healthz", get(healthz))
         .at("/readyz", ready)
+        .at("/metrics", metrics)
         .at("/connect/:session_id", connect_page)
         .at("/mcp", mcp)
         .catch_all_error(json_error)
+        .around(crate::metrics::middleware)
         .around(correlation::middleware)
 }
 

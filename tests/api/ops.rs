@@ -30,3 +30,121 @@ crate::db_test!(readyz_follows_the_database, |app: TestApp| async move {
     assert_eq!(body, json!({"error": "the database cannot be reached"}));
     assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
 });
+
+/// The value of the first sample of `name` whose labels include every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .find(|l| labels.iter().all(|label| l.contains(label)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+crate::db_test!(
+    metrics_count_requests_ingest_and_queues,
+    |app: TestApp| async move {
+        let org = app.org("Metrics Co").await;
+        let ok = app
+            .get("/api/automations", "/api/automations", &org.api_key)
+            .await;
+        assert_eq!(ok.status, 200);
+        let refused = app
+            .client
+            .get(format!("{}/api/automations", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 401);
+        let unknown = app
+            .client
+            .get(format!("{}/no/such/route", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(unknown.status(), 404);
+        let batch = json!({
+            "visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11",
+            "events": [{"type": "custom", "eventName": "metrics_test", "url": "https://a.example/", "path": "/"}],
+        });
+        let r = app
+            .client
+            .post(format!("{}/api/i/v1/{}/events", app.base, org.public_key))
+            .json(&batch)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        app.settle().await;
+
+        let resp = app
+            .client
+            .get(format!("{}/metrics", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        let text = resp.text().await.unwrap();
+
+        let requests = "custintel_http_requests_total";
+        for labels in [
+            &[r#"operation="listAutomations""#, r#"status="200""#][..],
+            &[r#"operation="listAutomations""#, r#"status="401""#],
+            &[r#"operation="other""#, r#"status="404""#],
+        ] {
+            let n =
+                sample(&text, requests, labels).unwrap_or_else(|| panic!("{labels:?} in\n{text}"));
+            assert!(n >= 1.0, "{labels:?}: {n}");
+        }
+        assert!(sample(
+            &text,
+            "custintel_http_request_duration_seconds_count",
+            &[r#"operation="listAutomations""#]
+        )
+        .is_some_and(|n| n >= 2.0));
+        // Process-wide counters: other tests in this binary add to them too.
+        assert!(sample(
+            &text,
+            "custintel_ingest_events_total",
+            &[r#"outcome="journaled""#]
+        )
+        .is_some_and(|n| n >= 1.0));
+        assert!(sample(
+            &text,
+            "custintel_ingest_events_total",
+            &[r#"outcome="applied""#]
+        )
+        .is_some());
+        assert!(
+            sample(&text, "custintel_ingest_effects_lag_seconds_count", &[])
+                .is_some_and(|n| n >= 1.0)
+        );
+        assert!(sample(
+            &text,
+            "custintel_ingest_effects_lag_seconds_bucket",
+            &[r#"le="+Inf""#]
+        )
+        .is_some());
+        assert_eq!(
+            sample(
+                &text,
+                "custintel_background_queue",
+                &[r#"queue="ingest_journal_batches""#]
+            ),
+            Some(0.0)
+        );
+        assert!(
+            sample(&text, "custintel_db_pool_connections", &[r#"state="max""#])
+                .is_some_and(|n| n >= 1.0)
+        );
+        // Counts only: no organization, key or event name shows.
+        assert!(!text.contains(&org.organization_id));
+        assert!(!text.contains(&org.public_key));
+        assert!(!text.contains("metrics_test"));
+    }
+);
