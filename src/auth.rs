@@ -41,6 +41,9 @@ impl AuthContext {
     }
 }
 
+/// What every route answers (401) when no Bearer key came with the request.
+pub const MISSING_KEY: &str = "missing API key: send `Authorization: Bearer ok_...`";
+
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     #[error("API keys start with `ok_`")]

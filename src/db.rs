@@ -91,6 +91,13 @@ fn install_busy_handler(db: std::ptr::NonNull<libsqlite3_sys::sqlite3>) {
     }
 }
 
+/// Whether a database error means the database could not be reached (no connection, pool
+/// exhausted or closed) rather than a fault of the request: every route answers those 503,
+/// retryable, instead of 500.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    matches!(err, DbErr::ConnectionAcquire(_) | DbErr::Conn(_))
+}
+
 /// Begins a transaction that writes. On SQLite it takes the write lock at `BEGIN`
 /// (`BEGIN IMMEDIATE`), waiting up to the busy timeout for it: a deferred transaction that
 /// reads first and writes later fails at once with `SQLITE_BUSY`/`SQLITE_BUSY_SNAPSHOT` when

@@ -285,9 +285,7 @@ impl<T: CommandData> From<PlatformError> for ActionResponse<T> {
 /// the spec's bodies rather than poem's plain-text defaults.
 fn action_bad_request<T: CommandData>(err: poem::Error) -> ActionResponse<T> {
     if err.is::<AuthorizationError>() {
-        return ActionResponse::unauthorized(
-            "missing or invalid API key: send `Authorization: Bearer ok_...`",
-        );
+        return ActionResponse::unauthorized(crate::auth::MISSING_KEY);
     }
     ActionResponse::validation(request_issues(&err))
 }

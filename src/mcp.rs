@@ -146,9 +146,7 @@ impl Endpoint for McpEndpoint {
             })
             .map(str::to_string);
         let Some(token) = token else {
-            return Ok(unauthorized(
-                "missing API key: send `Authorization: Bearer ok_...`",
-            ));
+            return Ok(unauthorized(crate::auth::MISSING_KEY));
         };
         match authenticate(&self.state.db, &token).await {
             Ok(auth) => {

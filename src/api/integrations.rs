@@ -374,19 +374,17 @@ pub enum IntegrationResponse<T: ParseFromJSON + ToJSON + Send + Sync> {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
-    /// A provider's API failed or could not be reached.
+    /// A provider's API or the database could not be reached; retry.
     #[oai(status = 503)]
     Unavailable(Json<ErrorBody>),
 }
-
-const MISSING_KEY: &str = "missing or invalid API key: send `Authorization: Bearer ok_...`";
 
 /// Framework errors (bad JSON, content type, parameters, missing key) in the spec's shapes.
 fn integration_bad_request<T: ParseFromJSON + ToJSON + Send + Sync>(
     err: poem::Error,
 ) -> IntegrationResponse<T> {
     if err.is::<poem_openapi::error::AuthorizationError>() {
-        return IntegrationResponse::Unauthorized(ErrorBody::new(MISSING_KEY));
+        return IntegrationResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
     bad_request(request_issues(&err))
 }
@@ -433,7 +431,9 @@ impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for Integra
             IntegrationError::NotConnected(m) | IntegrationError::NotFound(m) => {
                 Self::NotFound(ErrorBody::new(m))
             }
-            IntegrationError::Upstream(m) => Self::Unavailable(ErrorBody::new(m)),
+            IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
+                Self::Unavailable(ErrorBody::new(m))
+            }
             IntegrationError::Internal(m) => {
                 tracing::error!(message = %m, "integration request failed");
                 Self::Internal(ErrorBody::new("internal error"))

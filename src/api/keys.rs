@@ -54,7 +54,7 @@ fn invalid(error: impl Into<String>) -> ValidateKeyResponse {
 
 fn validate_bad_request(err: poem::Error) -> ValidateKeyResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
-        return invalid("missing API key: send `Authorization: Bearer ok_...`");
+        return invalid(crate::auth::MISSING_KEY);
     }
     let issues = request_issues(&err);
     ValidateKeyResponse::BadRequest(Json(ErrorBody {

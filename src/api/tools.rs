@@ -64,13 +64,14 @@ pub enum ToolCallResponse {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
+    /// The database could not be reached; retry.
+    #[oai(status = 503)]
+    Unavailable(Json<ErrorBody>),
 }
 
 fn call_bad_request(err: poem::Error) -> ToolCallResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
-        return ToolCallResponse::Unauthorized(ErrorBody::new(
-            "missing API key: send `Authorization: Bearer ok_...`",
-        ));
+        return ToolCallResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
     invalid(request_issues(&err))
 }
@@ -84,10 +85,7 @@ fn invalid(issues: Vec<ValidationIssue>) -> ToolCallResponse {
 
 fn unauthorized(err: AuthError) -> ToolCallResponse {
     match err {
-        AuthError::Internal(e) => {
-            tracing::error!("key check failed: {e}");
-            ToolCallResponse::Internal(ErrorBody::new("internal error"))
-        }
+        AuthError::Internal(e) => ToolError::from(e).into(),
         other => ToolCallResponse::Unauthorized(ErrorBody::new(other.to_string())),
     }
 }
@@ -101,6 +99,9 @@ impl From<ToolError> for ToolCallResponse {
             ToolError::Internal(message) => {
                 tracing::error!("tool failed: {message}");
                 ToolCallResponse::Internal(ErrorBody::new("internal error"))
+            }
+            ToolError::Unavailable(message) => {
+                ToolCallResponse::Unavailable(ErrorBody::new(message))
             }
             e @ ToolError::LimitExceeded { .. } => {
                 let error = e.to_string();
@@ -150,13 +151,14 @@ pub enum ToolListResponse {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
+    /// The database could not be reached; retry.
+    #[oai(status = 503)]
+    Unavailable(Json<ErrorBody>),
 }
 
 fn list_bad_request(err: poem::Error) -> ToolListResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
-        return ToolListResponse::Unauthorized(ErrorBody::new(
-            "missing API key: send `Authorization: Bearer ok_...`",
-        ));
+        return ToolListResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
     ToolListResponse::Internal(ErrorBody::new(err.to_string()))
 }
@@ -213,10 +215,15 @@ impl ToolsApi {
     async fn list(&self, key: ApiKeyAuth) -> ToolListResponse {
         match authenticate(&self.state.db, &key.0.token).await {
             Ok(_) => ToolListResponse::Ok(Json(tool_list())),
-            Err(AuthError::Internal(e)) => {
-                tracing::error!("key check failed: {e}");
-                ToolListResponse::Internal(ErrorBody::new("internal error"))
-            }
+            Err(AuthError::Internal(e)) => match ToolError::from(e) {
+                ToolError::Unavailable(message) => {
+                    ToolListResponse::Unavailable(ErrorBody::new(message))
+                }
+                other => {
+                    tracing::error!("key check failed: {other}");
+                    ToolListResponse::Internal(ErrorBody::new("internal error"))
+                }
+            },
             Err(e) => ToolListResponse::Unauthorized(ErrorBody::new(e.to_string())),
         }
     }

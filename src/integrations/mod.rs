@@ -97,6 +97,9 @@ pub enum IntegrationError {
     /// A provider's API failed or could not be reached.
     #[error("{0}")]
     Upstream(String),
+    /// The database could not be reached; retry.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -122,7 +125,11 @@ impl IntegrationError {
 
 impl From<DbErr> for IntegrationError {
     fn from(err: DbErr) -> Self {
-        IntegrationError::Internal(err.to_string())
+        if crate::db::is_unavailable(&err) {
+            IntegrationError::Unavailable("the database is unavailable, retry".into())
+        } else {
+            IntegrationError::Internal(err.to_string())
+        }
     }
 }
 

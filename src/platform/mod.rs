@@ -32,11 +32,10 @@ pub enum PlatformError {
 
 impl From<DbErr> for PlatformError {
     fn from(err: DbErr) -> Self {
-        match &err {
-            DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => {
-                PlatformError::Unavailable(format!("the database is unavailable, retry: {err}"))
-            }
-            _ => PlatformError::Internal(err.to_string()),
+        if crate::db::is_unavailable(&err) {
+            PlatformError::Unavailable(format!("the database is unavailable, retry: {err}"))
+        } else {
+            PlatformError::Internal(err.to_string())
         }
     }
 }

@@ -58,6 +58,9 @@ pub enum ToolError {
     /// 500 `{error}` without internals.
     #[error("{0}")]
     Internal(String),
+    /// 503 `{error}`: the database could not be reached; retry.
+    #[error("{0}")]
+    Unavailable(String),
     /// 402 `{error, code: "api_limit_exceeded", plan, feature: "api_calls", resetAt}`: the
     /// organization used its plan's tool calls for this billing cycle.
     #[error("the {plan} plan's {limit} tool calls of this billing cycle are used up")]
@@ -71,7 +74,11 @@ pub enum ToolError {
 
 impl From<sea_orm::DbErr> for ToolError {
     fn from(err: sea_orm::DbErr) -> Self {
-        ToolError::Internal(err.to_string())
+        if crate::db::is_unavailable(&err) {
+            ToolError::Unavailable("the database is unavailable, retry".into())
+        } else {
+            ToolError::Internal(err.to_string())
+        }
     }
 }
 
@@ -125,6 +132,7 @@ pub fn error_body(err: &ToolError) -> (u16, Value) {
         ToolError::Refused(message) => (400, serde_json::json!({ "error": message })),
         ToolError::NotFound(message) => (404, serde_json::json!({ "error": message })),
         ToolError::Internal(_) => (500, serde_json::json!({ "error": "internal error" })),
+        ToolError::Unavailable(message) => (503, serde_json::json!({ "error": message })),
         ToolError::LimitExceeded { plan, reset_at, .. } => (
             402,
             serde_json::json!({

@@ -148,3 +148,39 @@ crate::db_test!(
         assert!(!text.contains("metrics_test"));
     }
 );
+
+crate::db_test!(
+    a_database_outage_answers_503_on_every_kind_of_route,
+    |app: TestApp| async move {
+        let org = app.org("Outage Co").await;
+        app.db.clone().close().await.expect("close the pool");
+        let bearer = format!("Bearer {}", org.api_key);
+        let calls = [
+            ("GET", "/api/automations", None),
+            ("GET", "/api/tools", None),
+            (
+                "POST",
+                "/api/tools/call",
+                Some(json!({"tool": "svc_list_customers", "input": {}})),
+            ),
+            ("GET", "/api/integrations", None),
+        ];
+        for (method, path, body) in calls {
+            let mut req = app
+                .client
+                .request(method.parse().unwrap(), format!("{}{path}", app.base))
+                .header("authorization", &bearer);
+            if let Some(body) = body {
+                req = req.json(&body);
+            }
+            let r = req.send().await.expect("request");
+            let status = r.status();
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            assert_eq!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{method} {path}: {body}"
+            );
+        }
+    }
+);
