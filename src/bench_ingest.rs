@@ -407,6 +407,21 @@ async fn drain(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<Duration> {
     }
 }
 
+/// Applies what the last phase left journaled and prints how fast that went.
+async fn apply_backlog(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<()> {
+    let before = applied_total();
+    let took = drain(conn).await?;
+    let drained = applied_total() - before;
+    if drained > 0 {
+        println!(
+            "  backlog of {drained} events applied in {:.1} s: {:.0} events/s with no ingest beside it",
+            took.as_secs_f64(),
+            drained as f64 / took.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
+
 fn applied_total() -> u64 {
     stats::stats().applied.load(Ordering::Relaxed)
 }
@@ -571,16 +586,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         applied_during as f64 / options.seconds as f64,
         backlog.events
     );
-    let before_drain = applied_total();
-    let took = drain(&conn).await?;
-    let drained = applied_total() - before_drain;
-    if drained > 0 {
-        println!(
-            "  backlog applied in {:.1} s: {:.0} events/s with no ingest beside it",
-            took.as_secs_f64(),
-            drained as f64 / took.as_secs_f64().max(1e-9)
-        );
-    }
+    apply_backlog(&conn).await?;
 
     // 1b. The acknowledging path alone: the same closed loop with the applier paused, so the
     //     two cores are shared only by the HTTP/JSON path, the journal append and the load
@@ -603,14 +609,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         "  acknowledged / floor: {:.2}",
         alone.events_per_sec / floor_rate.max(1.0)
     );
-    let before_drain = applied_total();
-    let took = drain(&conn).await?;
-    let drained = applied_total() - before_drain;
-    println!(
-        "  backlog of {drained} events applied in {:.1} s: {:.0} events/s with no ingest beside it",
-        took.as_secs_f64(),
-        drained as f64 / took.as_secs_f64().max(1e-9)
-    );
+    apply_backlog(&conn).await?;
 
     // 2. Effects at the spec's rate limit for five organizations: 5 x 100 requests/s of 100
     //    events offered (50,000 events/s), open loop.
