@@ -12,7 +12,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use sea_orm::{ActiveModelTrait, DatabaseConnection, EntityTrait, Set, TransactionTrait};
 use serde_json::{json, Value};
 
-use crate::{admin, api::AppState, crypto::SecretBox, db};
+use crate::{admin, crypto::SecretBox, db, state::AppState};
 use entity::{billing_change, customer, event, fact, source, user};
 
 /// Sizes of the generated data set.

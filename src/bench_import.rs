@@ -24,9 +24,9 @@ use serde_json::{json, Value};
 
 use crate::{
     admin::{self, NewOrganization, Plan},
-    api::AppState,
     crypto::SecretBox,
     db,
+    state::AppState,
 };
 
 /// Sizes of the generated book and of the load beside it.

@@ -16,10 +16,10 @@ use serde_json::{json, Value};
 
 use crate::{
     admin::{self, NewOrganization, Plan},
-    api::AppState,
     crypto::SecretBox,
     db,
     ingest::{dedup, journal, stats, validate},
+    state::AppState,
 };
 
 /// Options of a run.

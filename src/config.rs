@@ -1,6 +1,6 @@
 //! Process configuration from flags and environment, and the shared state built from it.
 
-use crate::{api::AppState, crypto::SecretBox, db, search::SearchIndex};
+use crate::{crypto::SecretBox, db, search::SearchIndex, state::AppState};
 
 /// Opens the database, migrates it and loads the secret key: everything `serve` needs.
 pub async fn open_state(database_url: &str, public_url: &str) -> anyhow::Result<AppState> {

@@ -28,5 +28,6 @@ pub mod platform;
 pub mod request;
 pub mod search;
 pub mod server;
+pub mod state;
 pub mod tools;
 pub mod types;

@@ -26,8 +26,8 @@ use rmcp::{
 use serde_json::{json, Value};
 
 use crate::{
-    api::AppState,
     auth::{authenticate, AuthError},
+    state::AppState,
     tools::{self, registry, ToolContext},
 };
 

@@ -62,7 +62,7 @@ pub fn openapi_value() -> Value {
     let Ok(search) = crate::search::SearchIndex::new(db.clone()) else {
         return Value::Null;
     };
-    let state = api::AppState {
+    let state = crate::state::AppState {
         db,
         secrets: crate::crypto::SecretBox::from_key(&[0u8; 32]),
         public_url: String::new(),
@@ -131,7 +131,7 @@ async fn json_error(err: poem::Error) -> Response {
 }
 
 /// The whole application: typed API, description, docs UI and health check.
-pub fn app(state: api::AppState) -> impl Endpoint {
+pub fn app(state: crate::state::AppState) -> impl Endpoint {
     let connect_page = get(api::connect_page::show)
         .post(api::connect_page::submit)
         .data(state.clone());
@@ -173,7 +173,7 @@ pub fn app(state: api::AppState) -> impl Endpoint {
 
 /// Binds `bind` and serves until the process ends; returns the bound address through `on_bound`.
 pub async fn serve(
-    mut state: api::AppState,
+    mut state: crate::state::AppState,
     bind: &str,
     on_bound: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {

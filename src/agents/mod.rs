@@ -19,7 +19,7 @@ pub mod tools_offered;
 pub use automation::{run_for_automation, AgentOutcome, AutomationRunInput};
 pub use config::{AgentsConfig, LlmConfig};
 
-use crate::api::AppState;
+use crate::state::AppState;
 
 /// What agent runs need: the service's state (database, secrets, search index) and, inside it,
 /// the agents' configuration (model endpoint, bounds).

@@ -13,30 +13,16 @@ pub mod tools;
 pub mod webhooks;
 
 use poem_openapi::{OpenApiService, Tags};
-use sea_orm::DatabaseConnection;
 
 use crate::{
     auth::{authenticate, ApiKeyAuth, AuthContext},
-    crypto::SecretBox,
     envelope::{ActionResponse, CommandData, ResourceRef},
     platform::{ActionContext, PlatformError, PlatformResult},
 };
 
-/// What every handler shares.
-#[derive(Clone, Debug)]
-pub struct AppState {
-    pub db: DatabaseConnection,
-    pub secrets: SecretBox,
-    /// Base URL the service hands out in links (`CUSTINTEL_PUBLIC_URL`).
-    pub public_url: String,
-    /// Stripe API base, sync interval and scheduler tick.
-    pub integrations: crate::integrations::IntegrationsConfig,
-    /// Full-text index over sources and facts, following the database's change log.
-    pub search: crate::search::SearchIndex,
-    /// The language model agents run on and the bounds of their runs.
-    pub agents: crate::agents::AgentsConfig,
-}
+pub use crate::state::AppState;
 
+// The HTTP side's view of the state: who a request's Bearer key belongs to.
 impl AppState {
     pub async fn auth(&self, key: &ApiKeyAuth) -> Result<AuthContext, PlatformError> {
         Ok(authenticate(&self.db, &key.0.token).await?)

@@ -30,8 +30,8 @@ pub mod send_notification;
 use serde_json::{Map, Value};
 
 use crate::{
-    api::AppState,
     request::{PathSegment, ValidationIssue},
+    state::AppState,
 };
 
 /// What a tool call runs with: the service's state and the caller's organization.
