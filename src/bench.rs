@@ -13,7 +13,7 @@ use sea_orm::{ActiveModelTrait, DatabaseConnection, EntityTrait, Set, Transactio
 use serde_json::{json, Value};
 
 use crate::{admin, crypto::SecretBox, db, state::AppState};
-use entity::{billing_change, customer, event, fact, source, user};
+use entity::{billing_change, customer, customer::BillingStatus, event, fact, source, user};
 
 /// Sizes of the generated data set.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,7 +50,12 @@ pub struct Sample {
 pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
 pub(crate) const REGIONS: [&str; 3] = ["EU", "NA", "APAC"];
 pub(crate) const ROLES: [&str; 2] = ["admin", "member"];
-pub(crate) const STATUSES: [&str; 4] = ["PAYING", "TRIALING", "CHURNED", "NONE"];
+pub(crate) const STATUSES: [&str; 4] = [
+    BillingStatus::Paying.as_str(),
+    BillingStatus::Trialing.as_str(),
+    BillingStatus::Churned.as_str(),
+    BillingStatus::None.as_str(),
+];
 pub(crate) const STAGES: [&str; 5] = [
     "discovered",
     "signed_up",

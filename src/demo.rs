@@ -21,14 +21,14 @@ use crate::import::{
 };
 use crate::platform::{config_hash, destinations::new_signing_secret, SCHEMA_VERSION};
 use entity::{
-    agent, automation, automation_destination, automation_signal, billing_change, destination,
-    event, signal, visitor,
+    agent, automation, automation_destination, automation_signal, billing_change,
+    customer::BillingStatus, destination, event, signal, visitor,
 };
 
-const PAYING: &str = "PAYING";
-const TRIALING: &str = "TRIALING";
-const CHURNED: &str = "CHURNED";
-const NONE: &str = "NONE";
+const PAYING: &str = BillingStatus::Paying.as_str();
+const TRIALING: &str = BillingStatus::Trialing.as_str();
+const CHURNED: &str = BillingStatus::Churned.as_str();
+const NONE: &str = BillingStatus::None.as_str();
 
 /// Rows per multi-row INSERT, well below SQLite's and Postgres' bound-parameter limits.
 const INSERT_CHUNK: usize = 40;

@@ -22,7 +22,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entity::{change, customer, fact, source, user, workspace_user};
+use entity::{change, customer, customer::BillingStatus, fact, source, user, workspace_user};
 use sea_orm::{
     sea_query::{OnConflict, Query},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbErr,
@@ -177,7 +177,12 @@ pub struct ImportReport {
 /// A line's number and its record, or why it could not be parsed.
 pub type NumberedRecord = (usize, Result<ImportRecord, String>);
 
-const BILLING_STATUSES: [&str; 4] = ["PAYING", "TRIALING", "CHURNED", "NONE"];
+const BILLING_STATUSES: [&str; 4] = [
+    BillingStatus::Paying.as_str(),
+    BillingStatus::Trialing.as_str(),
+    BillingStatus::Churned.as_str(),
+    BillingStatus::None.as_str(),
+];
 const STAGES: [&str; 5] = [
     "discovered",
     "signed_up",

@@ -5,7 +5,11 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Duration, Utc};
-use entity::{billing_change, customer, engagement_session, user, visitor};
+use entity::{
+    billing_change,
+    customer::{self, BillingStatus},
+    engagement_session, user, visitor,
+};
 use sea_orm::{
     sea_query::{CaseStatement, Expr, OnConflict, SimpleExpr},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
@@ -666,10 +670,11 @@ async fn set_billing<C: ConnectionTrait>(
     now: DateTime<Utc>,
 ) -> Result<String, DbErr> {
     let billing_status = match status {
-        BillingEventStatus::Trialing => "TRIALING",
-        BillingEventStatus::Paid => "PAYING",
-        BillingEventStatus::Churned => "CHURNED",
-    };
+        BillingEventStatus::Trialing => BillingStatus::Trialing,
+        BillingEventStatus::Paid => BillingStatus::Paying,
+        BillingEventStatus::Churned => BillingStatus::Churned,
+    }
+    .as_str();
     let mut found = None;
     for external_id in [customer_id, stripe_customer_id].into_iter().flatten() {
         found = customer::Entity::find()

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use entity::customer::BillingStatus;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -139,15 +140,15 @@ pub fn billing_of(subscriptions: &[&Subscription]) -> (String, i64) {
         .map(item_mrr_cents)
         .sum();
     let status = if subscriptions.iter().any(|s| paying(&s)) {
-        "PAYING"
+        BillingStatus::Paying
     } else if subscriptions.iter().any(|s| s.status == "trialing") {
-        "TRIALING"
+        BillingStatus::Trialing
     } else if subscriptions.iter().any(|s| s.status == "canceled") {
-        "CHURNED"
+        BillingStatus::Churned
     } else {
-        "NONE"
+        BillingStatus::None
     };
-    (status.to_string(), mrr)
+    (status.as_str().to_string(), mrr)
 }
 
 /// Read-only Stripe API client for one account.

@@ -17,26 +17,7 @@ use super::{
     ToolContext, ToolResult,
 };
 
-/// A customer's billing status.
-#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum BillingStatus {
-    Paying,
-    Trialing,
-    Churned,
-    None,
-}
-
-impl BillingStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BillingStatus::Paying => "PAYING",
-            BillingStatus::Trialing => "TRIALING",
-            BillingStatus::Churned => "CHURNED",
-            BillingStatus::None => "NONE",
-        }
-    }
-}
+pub use entity::customer::BillingStatus;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
