@@ -1,16 +1,9 @@
 //! Platform API authentication: Bearer `ok_` keys, their scopes, and the organization they
 //! scope every lookup to.
 
-use poem_openapi::{auth::Bearer, SecurityScheme};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 
-use crate::{crypto::ApiKeyHash, platform::PlatformError};
-
-/// `Authorization: Bearer ok_...`: an API key of your organization (`custintel admin create-org`,
-/// `custintel admin create-key` or `custintel demo` print one).
-#[derive(SecurityScheme)]
-#[oai(ty = "bearer", bearer_format = "ok_ API key")]
-pub struct ApiKeyAuth(pub Bearer);
+use crate::crypto::ApiKeyHash;
 
 pub const SCOPE_READ: &str = "read";
 pub const SCOPE_WRITE: &str = "write";
@@ -28,17 +21,6 @@ impl AuthContext {
     pub fn can_write(&self) -> bool {
         self.scopes.iter().any(|s| s == SCOPE_WRITE)
     }
-
-    /// The "agent write scope" every write platform action needs.
-    pub fn require_write(&self) -> Result<(), PlatformError> {
-        if self.can_write() {
-            Ok(())
-        } else {
-            Err(PlatformError::Forbidden(
-                "this API key is read-only: the write scope is required".to_string(),
-            ))
-        }
-    }
 }
 
 /// What every route answers (401) when no Bearer key came with the request.
@@ -54,15 +36,6 @@ pub enum AuthError {
     Disabled,
     #[error("key validation failed: {0}")]
     Internal(#[from] sea_orm::DbErr),
-}
-
-impl From<AuthError> for PlatformError {
-    fn from(err: AuthError) -> Self {
-        match err {
-            AuthError::Internal(e) => PlatformError::from(e),
-            other => PlatformError::Unauthorized(other.to_string()),
-        }
-    }
 }
 
 /// Resolves a presented key to its organization.

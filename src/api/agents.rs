@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{action_ctx, caller, reply, ApiTags, AppState};
 use crate::{
     agents::run_records,
-    auth::ApiKeyAuth,
+    api::ApiKeyAuth,
     command_data,
     envelope::{ActionResponse, ResourceRef},
     platform::agents::{self, AgentUpdate},

@@ -10,7 +10,7 @@ use super::{
     action_ctx, caller, destinations::Destination, reply, signals::Signal, ApiTags, AppState,
 };
 use crate::{
-    auth::ApiKeyAuth,
+    api::ApiKeyAuth,
     command_data,
     envelope::ActionResponse,
     platform::automations::{

@@ -14,7 +14,8 @@ use serde_json::{Map, Value};
 
 use super::{ApiTags, AppState};
 use crate::{
-    auth::{authenticate, ApiKeyAuth, AuthContext},
+    api::ApiKeyAuth,
+    auth::{authenticate, AuthContext},
     envelope::{request_issues, ErrorBody},
     integrations::{
         capabilities, connections, providers, sessions, setup, IntegrationError, IntegrationResult,

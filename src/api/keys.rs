@@ -4,7 +4,8 @@ use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 
 use super::{ApiTags, AppState};
 use crate::{
-    auth::{authenticate, ApiKeyAuth, AuthError},
+    api::ApiKeyAuth,
+    auth::{authenticate, AuthError},
     envelope::{request_issues, ErrorBody},
     types::Nullable,
 };

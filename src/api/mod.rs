@@ -15,12 +15,18 @@ pub mod webhooks;
 use poem_openapi::{OpenApiService, Tags};
 
 use crate::{
-    auth::{authenticate, ApiKeyAuth, AuthContext},
+    auth::{authenticate, AuthContext},
     envelope::{ActionResponse, CommandData, ResourceRef},
     platform::{ActionContext, PlatformError, PlatformResult},
 };
 
 pub use crate::state::AppState;
+
+/// `Authorization: Bearer ok_...`: an API key of your organization (`custintel admin create-org`,
+/// `custintel admin create-key` or `custintel demo` print one).
+#[derive(poem_openapi::SecurityScheme)]
+#[oai(ty = "bearer", bearer_format = "ok_ API key")]
+pub struct ApiKeyAuth(pub poem_openapi::auth::Bearer);
 
 // The HTTP side's view of the state: who a request's Bearer key belongs to.
 impl AppState {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{action_ctx, caller, reply, ApiTags, AppState};
 use crate::{
-    auth::ApiKeyAuth,
+    api::ApiKeyAuth,
     command_data,
     envelope::{ActionResponse, ResourceRef},
     platform::{automations::ManagedBy, signals, signals::SignalCreate},

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use super::{ApiTags, AppState};
 use crate::{
-    auth::{authenticate, ApiKeyAuth, AuthError},
+    api::ApiKeyAuth,
+    auth::{authenticate, AuthError},
     envelope::{request_issues, ErrorBody},
     request::{JsonBody, ValidationIssue},
     tools::{self, registry, ToolContext, ToolError},

@@ -10,7 +10,10 @@ pub mod signals;
 
 use sea_orm::DbErr;
 
-use crate::{auth::AuthContext, request::ValidationIssue};
+use crate::{
+    auth::{AuthContext, AuthError},
+    request::ValidationIssue,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlatformError {
@@ -36,6 +39,28 @@ impl From<DbErr> for PlatformError {
             PlatformError::Unavailable(format!("the database is unavailable, retry: {err}"))
         } else {
             PlatformError::Internal(err.to_string())
+        }
+    }
+}
+
+impl From<AuthError> for PlatformError {
+    fn from(err: AuthError) -> Self {
+        match err {
+            AuthError::Internal(e) => PlatformError::from(e),
+            other => PlatformError::Unauthorized(other.to_string()),
+        }
+    }
+}
+
+impl AuthContext {
+    /// The "agent write scope" every write platform action needs.
+    pub fn require_write(&self) -> Result<(), PlatformError> {
+        if self.can_write() {
+            Ok(())
+        } else {
+            Err(PlatformError::Forbidden(
+                "this API key is read-only: the write scope is required".to_string(),
+            ))
         }
     }
 }
