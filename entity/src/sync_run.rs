@@ -18,3 +18,9 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+/// A sync run's `status`, as stored.
+pub const RUN_PENDING: &str = "PENDING";
+pub const RUN_RUNNING: &str = "RUNNING";
+pub const RUN_SUCCESS: &str = "SUCCESS";
+pub const RUN_FAILED: &str = "FAILED";

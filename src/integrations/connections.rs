@@ -10,10 +10,12 @@ use sea_orm::{
 use serde_json::{json, Map, Value};
 
 use super::{
+    jobs,
     providers::{Provider, SetupMode, PROVIDERS},
-    scheduler, sync, IntegrationError, IntegrationResult,
+    IntegrationError, IntegrationResult,
 };
 use crate::{crypto::SecretBox, request::ValidationIssue};
+use entity::sync_run::{RUN_FAILED, RUN_PENDING, RUN_RUNNING, RUN_SUCCESS};
 use entity::{integration_connection as conn, organization, sync_run};
 
 pub const STATUS_CONNECTED: &str = "connected";
@@ -257,7 +259,7 @@ pub async fn store(
     };
     if provider.has_sync() {
         // New credentials deserve a fresh sync, first one within a scheduler tick.
-        scheduler::schedule_sync(&txn, org, &connected.connection_id, now).await?;
+        jobs::schedule_sync(&txn, org, &connected.connection_id, now).await?;
     }
     txn.commit().await?;
     Ok(connected)
@@ -295,7 +297,7 @@ pub async fn disconnect(
     let existing = find(&txn, org, provider.id).await?.ok_or_else(|| {
         IntegrationError::NotConnected(format!("{} is not connected", provider.id))
     })?;
-    scheduler::unschedule_sync(&txn, &existing.id).await?;
+    jobs::unschedule_sync(&txn, &existing.id).await?;
     sync_run::Entity::delete_many()
         .filter(sync_run::Column::ConnectionId.eq(existing.id.clone()))
         .exec(&txn)
@@ -322,13 +324,13 @@ pub async fn model_syncs<C: ConnectionTrait>(
         let latest = runs.first();
         let last_success = runs
             .iter()
-            .filter(|r| r.status == sync::RUN_SUCCESS)
+            .filter(|r| r.status == RUN_SUCCESS)
             .find_map(|r| r.finished_at);
         out.push(ModelSync {
             model: model.to_string(),
             status: latest
                 .map(|r| r.status.clone())
-                .unwrap_or_else(|| sync::RUN_PENDING.to_string()),
+                .unwrap_or_else(|| RUN_PENDING.to_string()),
             last_synced_at: last_success,
             error_message: latest.and_then(|r| r.error_message.clone()),
         });
@@ -341,15 +343,15 @@ fn overall(provider: &Provider, syncs: &[ModelSync]) -> (String, Option<String>)
     if !provider.has_sync() {
         return ("NO_SYNC".to_string(), None);
     }
-    if let Some(failed) = syncs.iter().find(|s| s.status == sync::RUN_FAILED) {
-        return (sync::RUN_FAILED.to_string(), failed.error_message.clone());
+    if let Some(failed) = syncs.iter().find(|s| s.status == RUN_FAILED) {
+        return (RUN_FAILED.to_string(), failed.error_message.clone());
     }
-    for state in [sync::RUN_RUNNING, sync::RUN_PENDING] {
+    for state in [RUN_RUNNING, RUN_PENDING] {
         if syncs.iter().any(|s| s.status == state) {
             return (state.to_string(), None);
         }
     }
-    (sync::RUN_SUCCESS.to_string(), None)
+    (RUN_SUCCESS.to_string(), None)
 }
 
 /// Every provider with its connection state, or only the connected ones.
@@ -399,25 +401,5 @@ pub async fn sync_status<C: ConnectionTrait>(
     match find(db, org, provider.id).await? {
         Some(c) => Ok((true, model_syncs(db, provider, &c.id).await?)),
         None => Ok((false, vec![])),
-    }
-}
-
-/// Decrypts a connection's stored credentials.
-pub fn credentials(
-    secrets: &SecretBox,
-    row: &conn::Model,
-) -> IntegrationResult<Map<String, Value>> {
-    let sealed = row
-        .credentials_ciphertext
-        .as_deref()
-        .ok_or_else(|| IntegrationError::Internal("the connection has no credentials".into()))?;
-    let text = secrets
-        .decrypt(sealed)
-        .map_err(|e| IntegrationError::Internal(e.to_string()))?;
-    match serde_json::from_str(&text) {
-        Ok(Value::Object(map)) => Ok(map),
-        _ => Err(IntegrationError::Internal(
-            "stored credentials are not an object".into(),
-        )),
     }
 }

@@ -6,6 +6,8 @@
 
 pub mod capabilities;
 pub mod connections;
+pub mod credentials;
+pub mod jobs;
 pub mod providers;
 pub mod scheduler;
 pub mod sessions;

@@ -11,17 +11,14 @@ use sea_orm::{
 use serde_json::{json, Value};
 
 use super::{
-    connections,
+    credentials,
     stripe::{billing_of, StripeClient, StripeCustomer, Subscription},
     IntegrationError, IntegrationResult, IntegrationsConfig,
 };
 use crate::crypto::SecretBox;
 use entity::{billing_change, customer, integration_connection as conn, sync_run};
 
-pub const RUN_PENDING: &str = "PENDING";
-pub const RUN_RUNNING: &str = "RUNNING";
-pub const RUN_SUCCESS: &str = "SUCCESS";
-pub const RUN_FAILED: &str = "FAILED";
+pub use entity::sync_run::{RUN_FAILED, RUN_PENDING, RUN_RUNNING, RUN_SUCCESS};
 
 /// `origin` of billing history rows written by the Stripe sync and webhook.
 pub const ORIGIN_STRIPE: &str = "stripe";
@@ -32,7 +29,7 @@ pub fn client_for(
     config: &IntegrationsConfig,
     row: &conn::Model,
 ) -> IntegrationResult<StripeClient> {
-    let creds = connections::credentials(secrets, row)?;
+    let creds = credentials::credentials(secrets, row)?;
     let key = creds.get("apiKey").and_then(Value::as_str).ok_or_else(|| {
         IntegrationError::Internal("stored Stripe credentials lack apiKey".into())
     })?;
