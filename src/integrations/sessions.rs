@@ -16,14 +16,14 @@ use super::{
     IntegrationError, IntegrationResult,
 };
 use crate::{crypto::SecretBox, request::ValidationIssue, types::Timestamp};
-use entity::connect_session as session;
+use entity::connect_session::{self as session, SessionStatus};
 
 pub const SESSION_LIFETIME_MINUTES: i64 = 30;
 
-pub const PENDING: &str = "pending";
-pub const CONNECTED: &str = "connected";
-pub const FAILED: &str = "failed";
-pub const EXPIRED: &str = "expired";
+pub const PENDING: &str = SessionStatus::Pending.as_str();
+pub const CONNECTED: &str = SessionStatus::Connected.as_str();
+pub const FAILED: &str = SessionStatus::Failed.as_str();
+pub const EXPIRED: &str = SessionStatus::Expired.as_str();
 
 /// A session just created by connect.
 #[derive(Debug, Clone)]

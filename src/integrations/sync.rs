@@ -82,7 +82,7 @@ pub async fn upsert_customer<C: ConnectionTrait>(
         name: Set(name),
         domain: Set(domain),
         external_id: Set(external_id),
-        billing_status: Set("NONE".to_string()),
+        billing_status: Set(entity::customer::BillingStatus::None.as_str().to_string()),
         mrr_cents: Set(0),
         traits: Set(json!({})),
         last_activity_at: Set(None),
