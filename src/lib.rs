@@ -17,6 +17,7 @@ pub mod correlation;
 pub mod crypto;
 pub mod db;
 pub mod demo;
+pub mod engine;
 pub mod envelope;
 pub mod import;
 pub mod ingest;
