@@ -22,6 +22,8 @@ pub struct Model {
     pub last_run_at: Option<DateTimeUtc>,
     pub last_run_status: Option<String>,
     pub next_run_at: Option<DateTimeUtc>,
+    /// When it was last enabled: only events received since then start its runs.
+    pub enabled_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -16,6 +16,10 @@ pub struct Model {
     pub lease_until: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// The automation run this delivery belongs to, when it does.
+    pub automation_run_id: Option<String>,
+    /// Every attempt: `[{at, httpStatus, error}]`.
+    pub attempt_log: Option<Json>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

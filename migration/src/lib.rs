@@ -13,6 +13,7 @@ mod m20261122_020300_record_counts;
 mod m20261123_010000_ingest_journal;
 mod m20261124_010000_email_normal_form;
 mod m20261124_030000_agent_runs;
+mod m20261125_010000_automation_runs;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_010000_ingest_journal::Migration),
             Box::new(m20261124_010000_email_normal_form::Migration),
             Box::new(m20261124_030000_agent_runs::Migration),
+            Box::new(m20261125_010000_automation_runs::Migration),
         ]
     }
 }

@@ -397,6 +397,7 @@ pub(super) async fn seed_automations(
             last_run_at: Set(last_run_at),
             last_run_status: Set(spec.last_run.map(|(status, _)| status.to_string())),
             next_run_at: Set(None),
+            enabled_at: Set(None),
             created_at: Set(created_at),
             updated_at: Set(archived_at.or(last_run_at).unwrap_or(created_at)),
         }

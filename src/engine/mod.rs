@@ -1,5 +1,6 @@
-//! The automation engine (issue 11, DESIGN.md "Automation engine"). So far only the signal
-//! matcher exists; evaluation on ingested events, runs, the processor and deliveries are still
-//! to be built on it.
+//! The automation engine (DESIGN.md "Automation engine"): signals evaluated on ingested events,
+//! automation runs (one per subject per dedupe bucket), the processor that builds each run's
+//! message and delivers it, schedules, and the run history the routes show.
 
+pub mod config;
 pub mod matching;

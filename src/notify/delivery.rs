@@ -222,10 +222,34 @@ pub async fn deliver_notification(
     notification: &Notification,
 ) -> Result<Vec<Delivery>, sea_orm::DbErr> {
     let body = notification.webhook_body();
+    deliver_body(db, secrets, organization_id, destinations, &body, None).await
+}
+
+/// Records and attempts one delivery of `body` (a webhook body) per destination, concurrently;
+/// `automation_run_id` ties the deliveries to an automation run.
+pub async fn deliver_body(
+    db: &DatabaseConnection,
+    secrets: &SecretBox,
+    organization_id: &str,
+    destinations: Vec<destination::Model>,
+    body: &Value,
+    automation_run_id: Option<&str>,
+) -> Result<Vec<Delivery>, sea_orm::DbErr> {
     let jobs = destinations
         .into_iter()
-        .map(|dest| deliver_one(db, secrets, organization_id, dest, &body));
+        .map(|dest| deliver_one(db, secrets, organization_id, dest, body, automation_run_id));
     futures::future::join_all(jobs).await.into_iter().collect()
+}
+
+/// One entry of a delivery's `attempt_log`.
+pub fn attempt_entry(at: DateTime<Utc>, attempt: &Attempt) -> Value {
+    let (http, error) = match attempt {
+        Attempt::Delivered(code) => (Some(*code), None),
+        Attempt::Retryable { http, error } | Attempt::Permanent { http, error } => {
+            (*http, Some(error.clone()))
+        }
+    };
+    json!({ "at": Timestamp::format(&at), "httpStatus": http, "error": error })
 }
 
 async fn deliver_one(
@@ -234,6 +258,7 @@ async fn deliver_one(
     organization_id: &str,
     dest: destination::Model,
     body: &Value,
+    automation_run_id: Option<&str>,
 ) -> Result<Delivery, sea_orm::DbErr> {
     let now = Utc::now();
     let id = uuid::Uuid::new_v4().to_string();
@@ -254,12 +279,15 @@ async fn deliver_one(
         lease_until: Set(Some(now + chrono::Duration::seconds(120))),
         created_at: Set(now),
         updated_at: Set(now),
+        automation_run_id: Set(automation_run_id.map(str::to_string)),
+        attempt_log: Set(Some(json!([]))),
     }
     .insert(db)
     .await?;
 
     let message_id = format!("msg_{}", id.replace('-', ""));
     let mut attempts = 0;
+    let mut log = Vec::new();
     let mut last = Attempt::Retryable {
         http: None,
         error: "not attempted".into(),
@@ -269,7 +297,9 @@ async fn deliver_one(
             tokio::time::sleep(*p).await;
         }
         attempts += 1;
+        let at = Utc::now();
         last = attempt_once(secrets, &dest, &message_id, body).await;
+        log.push(attempt_entry(at, &last));
         if !matches!(last, Attempt::Retryable { .. }) {
             break;
         }
@@ -290,6 +320,7 @@ async fn deliver_one(
         _ => None,
     });
     model.lease_until = Set(None);
+    model.attempt_log = Set(Some(Value::Array(log)));
     model.updated_at = Set(done);
     model.update(db).await?;
     Ok(Delivery {

@@ -9,7 +9,7 @@ use sea_orm::{
     QueryOrder, QuerySelect,
 };
 
-use super::delivery::{attempt_once, background_backoff, retry_window, Attempt};
+use super::delivery::{attempt_entry, attempt_once, background_backoff, retry_window, Attempt};
 use crate::crypto::SecretBox;
 use entity::{destination, notification_delivery as nd};
 
@@ -60,6 +60,7 @@ pub async fn run_due(
             .filter(destination::Column::OrganizationId.eq(row.organization_id.clone()))
             .one(db)
             .await?;
+        let attempted_at = Utc::now();
         let outcome = match &dest {
             Some(d) if d.enabled && d.archived_at.is_none() => {
                 let message_id = format!("msg_{}", row.id.replace('-', ""));
@@ -72,6 +73,11 @@ pub async fn run_due(
         };
         let attempts = row.attempts + 1;
         let finished = Utc::now();
+        let mut log = match &row.attempt_log {
+            Some(serde_json::Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        log.push(attempt_entry(attempted_at, &outcome));
         let (status, http, error, next) = match outcome {
             Attempt::Delivered(code) => ("delivered", Some(code), None, None),
             Attempt::Permanent { http, error } => ("failed", http, Some(error), None),
@@ -103,6 +109,7 @@ pub async fn run_due(
                 nd::Column::LeaseUntil,
                 Expr::value(Option::<chrono::DateTime<Utc>>::None),
             )
+            .col_expr(nd::Column::AttemptLog, Expr::value(serde_json::Value::Array(log)))
             .col_expr(nd::Column::UpdatedAt, Expr::value(finished))
             .filter(nd::Column::Id.eq(row.id.clone()))
             .exec(db)

@@ -430,6 +430,7 @@ pub async fn create(
         last_run_at: Set(None),
         last_run_status: Set(None),
         next_run_at: Set(None),
+        enabled_at: Set(None),
         created_at: Set(now),
         updated_at: Set(now),
     }
