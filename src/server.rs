@@ -197,6 +197,9 @@ pub async fn serve(
     // Agents' schedules run on every instance; a tick is claimed once across instances.
     let _agent_schedules =
         crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
+    // The automation engine's processor and schedule ticks run on every instance; runs and
+    // ticks are claimed once across instances.
+    let engine = crate::engine::spawn(state.clone());
     let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
     let applier = crate::ingest::applier::Applier::spawn(state.db.clone(), window);
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
@@ -215,6 +218,9 @@ pub async fn serve(
         )
         .await;
     retries.abort();
+    for task in engine {
+        task.abort();
+    }
     match stopping.await {
         Ok(deadline) => {
             tracing::info!("applying acknowledged events before exit");

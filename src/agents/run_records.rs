@@ -1,7 +1,6 @@
 //! Agent runs as stored: started as `RUNNING`, finished once with everything the run did, listed
 //! newest first.
 
-use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::Expr, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
@@ -205,24 +204,6 @@ pub struct RunPage {
     pub next_cursor: String,
 }
 
-pub const DEFAULT_LIMIT: u32 = 20;
-pub const MAX_LIMIT: u32 = 100;
-
-fn encode_cursor(run: &agent_run::Model) -> String {
-    let raw = format!("{}|{}", run.started_at.timestamp_micros(), run.id);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
-}
-
-fn decode_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor.trim())
-        .ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (micros, id) = text.split_once('|')?;
-    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
-    Some((at, id.to_string()))
-}
-
 /// The agent's runs (by agent id or key), filtered by `status`, `limit` per page.
 pub async fn list(
     db: &DatabaseConnection,
@@ -232,37 +213,8 @@ pub async fn list(
     limit: Option<u32>,
     cursor: Option<&str>,
 ) -> PlatformResult<RunPage> {
-    let mut issues = crate::request::Issues::default();
-    let status_filter = status_filter.map(|s| s.trim().to_ascii_uppercase());
-    if let Some(s) = &status_filter {
-        if !status::ALL.contains(&s.as_str()) {
-            issues.push(
-                vec!["status".into()],
-                format!("must be one of {}", status::ALL.join(", ")),
-            );
-        }
-    }
-    let limit = limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        issues.push(
-            vec!["limit".into()],
-            format!("must be between 1 and {MAX_LIMIT}"),
-        );
-    }
-    let after = match cursor.filter(|c| !c.trim().is_empty()) {
-        Some(c) => match decode_cursor(c) {
-            Some(position) => Some(position),
-            None => {
-                issues.push(
-                    vec!["cursor".into()],
-                    "not a cursor from a previous page's `nextCursor`",
-                );
-                None
-            }
-        },
-        None => None,
-    };
-    issues.into_result()?;
+    let page = crate::platform::paging::page_request(status_filter, &status::ALL, limit, cursor)?;
+    let (status_filter, limit, after) = (page.status, page.limit, page.after);
     let agent = platform_agents::get(db, org, agent).await?;
     let mut query = agent_run::Entity::find()
         .filter(agent_run::Column::OrganizationId.eq(org))
@@ -289,7 +241,9 @@ pub async fn list(
         .await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);
-        runs.last().map(encode_cursor).unwrap_or_default()
+        runs.last()
+            .map(|r| crate::platform::paging::encode_cursor(&r.started_at, &r.id))
+            .unwrap_or_default()
     } else {
         String::new()
     };

@@ -2,6 +2,7 @@
 //! domain function and map its result; nothing here touches the database directly.
 
 pub mod agents;
+pub mod automation_runs;
 pub mod automations;
 pub mod connect_page;
 pub mod destinations;
@@ -96,6 +97,7 @@ pub type Apis = (
     agents::AgentsApi,
     signals::SignalsApi,
     automations::AutomationsApi,
+    automation_runs::AutomationRunsApi,
     destinations::DestinationsApi,
     integrations::IntegrationsApi,
     webhooks::WebhooksApi,
@@ -117,6 +119,9 @@ pub fn service(state: AppState) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             automations::AutomationsApi {
+                state: state.clone(),
+            },
+            automation_runs::AutomationRunsApi {
                 state: state.clone(),
             },
             destinations::DestinationsApi {

@@ -142,10 +142,13 @@ pub async fn apply_next(db: &DatabaseConnection) -> Result<Option<Applied>, DbEr
         return Ok(None);
     }
     let batches: Vec<&Batch> = entries.iter().map(|e| &e.batch).collect();
-    effects::write_batches(&txn, &batches).await?;
+    let runs_created = effects::write_batches(&txn, &batches).await?;
     let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
     journal::remove(&txn, &seqs).await?;
     txn.commit().await?;
+    if runs_created > 0 {
+        crate::engine::processor::wake();
+    }
     let now = Utc::now();
     let lag = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds() as f64 / 1000.0;
     for batch in &batches {

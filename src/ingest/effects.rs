@@ -17,6 +17,8 @@ use sea_orm::{
 };
 use serde_json::{Map, Value};
 
+use crate::engine::{self, evaluate::AppliedEvent};
+
 use super::{
     model::{BillingEventStatus, StageName},
     store::{self, EventRow},
@@ -66,7 +68,14 @@ struct Group {
 /// Stores batches' events and applies their effects in the caller's transaction (the
 /// applier's, which also removes them from the journal). Their `messageId` repeats were
 /// dropped when they were acknowledged.
-pub async fn write_batches<C: ConnectionTrait>(conn: &C, batches: &[&Batch]) -> Result<(), DbErr> {
+///
+/// Then the automation engine evaluates the events against the organizations' signals (after
+/// the effects, so each event's user and customer are resolved); returns how many automation
+/// runs that created.
+pub async fn write_batches<C: ConnectionTrait>(
+    conn: &C,
+    batches: &[&Batch],
+) -> Result<usize, DbErr> {
     let mut group = Group::default();
     // Every visitor and session the group names is loaded here, so a key missing from
     // `group.visitors` / `group.sessions` afterwards is one the database does not have.
@@ -75,9 +84,43 @@ pub async fn write_batches<C: ConnectionTrait>(conn: &C, batches: &[&Batch]) -> 
     for batch in batches {
         apply_batch(conn, &mut group, batch).await?;
     }
+    let mut orgs: Vec<&str> = batches.iter().map(|b| b.organization_id.as_str()).collect();
+    orgs.sort_unstable();
+    orgs.dedup();
+    let rules = engine::evaluate::Rules::load(conn, &orgs).await?;
+    // Only events some signal names are copied for evaluation.
+    let candidates: Vec<AppliedEvent> = if rules.is_empty() {
+        Vec::new()
+    } else {
+        group
+            .rows
+            .iter()
+            .filter(|r| rules.wants(&r.organization_id, &r.event_type, r.event_name.as_deref()))
+            .map(applied_event)
+            .collect()
+    };
     let rows = std::mem::take(&mut group.rows);
     store::insert_events(conn, rows).await?;
-    flush(conn, group).await
+    flush(conn, group).await?;
+    engine::evaluate::evaluate(conn, &rules, &candidates).await
+}
+
+fn applied_event(r: &EventRow) -> AppliedEvent {
+    AppliedEvent {
+        id: r.id.clone(),
+        organization_id: r.organization_id.clone(),
+        message_id: r.message_id.clone(),
+        event_type: r.event_type.clone(),
+        event_name: r.event_name.clone(),
+        visitor_id: r.visitor_id.clone(),
+        user_id: r.user_id.clone(),
+        customer_id: r.customer_id.clone(),
+        url: r.url.clone(),
+        path: r.path.clone(),
+        occurred_at: r.occurred_at,
+        received_at: r.received_at,
+        data: r.data.clone(),
+    }
 }
 
 /// Keys per `IN (...)` lookup: well under every backend's bound-parameter limit.

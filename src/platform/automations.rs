@@ -226,7 +226,41 @@ fn unmet_requirements(view: &AutomationView) -> Vec<String> {
     if view.active_destinations() == 0 {
         unmet.push("at least one enabled destination is required".to_string());
     }
+    // Stored JSON that no longer fits (written before the engine read it, or by hand).
+    let a = &view.automation;
+    let stored = [
+        crate::engine::config::parse_trigger(
+            &a.trigger_type,
+            &a.match_mode,
+            &a.trigger_json,
+            view.active_signals(),
+        )
+        .err()
+        .map(|issues| crate::engine::config::under(&["triggerJson"], issues)),
+        crate::engine::config::parse_audience(&a.audience_filter_json)
+            .err()
+            .map(|issues| crate::engine::config::under(&["audienceFilterJson"], issues)),
+    ];
+    for issue in stored.into_iter().flatten().flatten() {
+        unmet.push(format!("{}: {}", describe_path(&issue.path), issue.message));
+    }
     unmet
+}
+
+/// A validation path as text (`triggerJson.cron`, `audienceFilterJson.billingStatus[0]`).
+fn describe_path(path: &[PathSegment]) -> String {
+    let mut text = String::new();
+    for segment in path {
+        match segment {
+            PathSegment::Key(k) if text.is_empty() => text.push_str(k),
+            PathSegment::Key(k) => {
+                text.push('.');
+                text.push_str(k);
+            }
+            PathSegment::Index(i) => text.push_str(&format!("[{i}]")),
+        }
+    }
+    text
 }
 
 pub async fn enable(
@@ -253,9 +287,13 @@ pub async fn enable(
             signals,
             destinations,
         } = view;
+        let now = Utc::now();
+        let next_run = crate::engine::schedules::next_run(&automation, now);
         let mut model = automation.into_active_model();
         model.enabled = Set(true);
-        model.updated_at = Set(Utc::now());
+        model.enabled_at = Set(Some(now));
+        model.next_run_at = Set(next_run);
+        model.updated_at = Set(now);
         AutomationView {
             automation: model.update(&txn).await?,
             signals,
@@ -296,6 +334,30 @@ pub async fn disable(
         resources,
         audit_id,
     })
+}
+
+/// How many of `wanted` are active (non-archived) signals of the organization.
+async fn active_signal_count<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    wanted: &[String],
+) -> PlatformResult<usize> {
+    let mut ids: Vec<String> = wanted
+        .iter()
+        .filter_map(|w| uuid::Uuid::parse_str(w.trim()).ok().map(|u| u.to_string()))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let found: Vec<String> = signal::Entity::find()
+        .select_only()
+        .column(signal::Column::Id)
+        .filter(signal::Column::OrganizationId.eq(org))
+        .filter(signal::Column::ArchivedAt.is_null())
+        .filter(signal::Column::Id.is_in(ids))
+        .into_tuple()
+        .all(conn)
+        .await?;
+    Ok(found.len())
 }
 
 /// Ids among `wanted` that are not rows of the organization in `table`.
@@ -370,6 +432,26 @@ pub async fn create(
             vec!["destinationIds".into(), PathSegment::from(i)],
             "no such destination in this organization",
         );
+    }
+    let active_signals = active_signal_count(&txn, &org, &body.signal_ids).await?;
+    let trigger_value = Value::Object(body.trigger_json.clone().into_iter().collect());
+    if let Err(found) = crate::engine::config::parse_trigger(
+        enum_str(&body.trigger_type).as_str(),
+        enum_str(&body.match_mode).as_str(),
+        &trigger_value,
+        active_signals,
+    ) {
+        issues
+            .0
+            .extend(crate::engine::config::under(&["triggerJson"], found));
+    }
+    if let Some(audience) = &body.audience_filter_json {
+        let audience = Value::Object(audience.clone().into_iter().collect());
+        if let Err(found) = crate::engine::config::parse_audience(&audience) {
+            issues
+                .0
+                .extend(crate::engine::config::under(&["audienceFilterJson"], found));
+        }
     }
     let agent_id = defined(body.agent_id);
     if let Some(agent) = &agent_id {

@@ -6,6 +6,7 @@ pub mod agents;
 pub mod audit;
 pub mod automations;
 pub mod destinations;
+pub mod paging;
 pub mod signals;
 
 use sea_orm::DbErr;

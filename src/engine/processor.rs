@@ -1,0 +1,456 @@
+//! The processor: claims pending runs (a lease on the row, so one instance works on a run at a
+//! time and a stopped instance's runs are picked up again), checks the audience and the
+//! destinations, builds the message (the automation's agent when it has one, else a template),
+//! and delivers it through the notifier to every enabled destination.
+//!
+//! Statuses walked: `PENDING` -> `RUNNING_PROCESSOR` -> `READY_FOR_DELIVERY` -> `DELIVERED`,
+//! `PARTIAL_FAILURE` or `FAILED`, or `PENDING_DELIVERY` while the notifier still retries in the
+//! background (settled by [`super::runs::settle_deliveries`]). `SKIPPED` with a reason when the
+//! subject is outside the audience, a digest is empty, or no destination is enabled; `FAILED`
+//! when the processor failed three times.
+
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use chrono::Utc;
+use entity::{
+    automation,
+    automation_run::{self, status},
+    customer, destination, user,
+};
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
+use serde_json::{json, Value};
+use tokio::sync::{Notify, Semaphore};
+
+use super::{
+    config, digest,
+    runs::{self, Transition},
+};
+use crate::{
+    agents::{AgentRuntime, AutomationRunInput},
+    notify::{delivery::deliver_body, DeliveryStatus},
+    platform::automations::{self as platform_automations, AutomationView},
+    state::AppState,
+    tools::{get_customer, ToolContext},
+};
+
+/// How long a claimed run is an instance's (an agent run takes up to 60 s and deliveries up to
+/// four attempts with their time-outs).
+const LEASE_SECS: i64 = 180;
+/// Runs processed at once per instance.
+const IN_FLIGHT: usize = 32;
+/// How often an idle processor looks for runs other instances created.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+/// How often runs waiting on background retries are settled.
+const SETTLE_EVERY: Duration = Duration::from_secs(1);
+/// Processor failures after which a run is `FAILED`.
+const MAX_ATTEMPTS: i32 = 3;
+
+fn wakeup() -> &'static Notify {
+    static WAKE: OnceLock<Notify> = OnceLock::new();
+    WAKE.get_or_init(Notify::new)
+}
+
+/// Tells this process's processors that runs were created (they also poll).
+pub fn wake() {
+    wakeup().notify_waiters();
+}
+
+/// Runs the processor until the task is aborted.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+        let mut last_settle = tokio::time::Instant::now();
+        let mut failures = 0u32;
+        loop {
+            let woken = wakeup().notified();
+            if last_settle.elapsed() >= SETTLE_EVERY {
+                last_settle = tokio::time::Instant::now();
+                if let Err(e) = runs::settle_deliveries(&state.db).await {
+                    tracing::warn!(error = %e, "settling automation runs' deliveries failed");
+                }
+            }
+            let free = permits.available_permits();
+            let claimed = if free == 0 {
+                Ok(Vec::new())
+            } else {
+                runs::claim(
+                    &state.db,
+                    free as u64,
+                    chrono::Duration::seconds(LEASE_SECS),
+                )
+                .await
+            };
+            match claimed {
+                Ok(batch) if !batch.is_empty() => {
+                    failures = 0;
+                    for run in batch {
+                        let Ok(permit) = permits.clone().acquire_owned().await else {
+                            return;
+                        };
+                        let state = state.clone();
+                        tokio::spawn(async move {
+                            process(&state, run).await;
+                            drop(permit);
+                        });
+                    }
+                    continue;
+                }
+                Ok(_) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "claiming automation runs failed");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(25))))
+                        .await;
+                }
+            }
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+            }
+        }
+    })
+}
+
+/// Processes one claimed run to its next resting status; a failure puts it back to `PENDING`
+/// (with a pause) or, the third time, `FAILED`.
+pub async fn process(state: &AppState, run: automation_run::Model) {
+    if let Err(e) = try_process(state, &run).await {
+        tracing::warn!(run = %run.id, error = %e, attempts = run.processor_attempts, "automation run failed");
+        let outcome = if run.processor_attempts >= MAX_ATTEMPTS {
+            runs::transition(
+                &state.db,
+                &run,
+                status::FAILED,
+                Transition {
+                    warnings: Some(vec![format!(
+                        "the processor failed {} times; last error: {e}",
+                        run.processor_attempts
+                    )]),
+                    finished: true,
+                    ..Default::default()
+                },
+            )
+            .await
+        } else {
+            retry_later(&state.db, &run).await
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(run = %run.id, error = %e, "could not record the run's failure; its lease will lapse");
+        }
+    }
+}
+
+async fn retry_later(
+    db: &DatabaseConnection,
+    run: &automation_run::Model,
+) -> Result<(), sea_orm::DbErr> {
+    use sea_orm::sea_query::Expr;
+    let pause = chrono::Duration::seconds(2i64.pow(run.processor_attempts.clamp(0, 6) as u32));
+    automation_run::Entity::update_many()
+        .col_expr(automation_run::Column::Status, Expr::value(status::PENDING))
+        .col_expr(
+            automation_run::Column::LeaseUntil,
+            Expr::value(Some(Utc::now() + pause)),
+        )
+        .filter(automation_run::Column::Id.eq(&run.id))
+        .exec(db)
+        .await?;
+    runs::follow_newest(db, &run.automation_id, run.triggered_at, status::PENDING).await
+}
+
+/// What a run is about, loaded for the audience check and the payload.
+pub struct SubjectRecords {
+    pub user: Option<user::Model>,
+    pub customer: Option<customer::Model>,
+}
+
+pub async fn subject_records(
+    db: &DatabaseConnection,
+    org: &str,
+    subject: &Value,
+) -> Result<SubjectRecords, sea_orm::DbErr> {
+    let id = subject.get("id").and_then(Value::as_str).unwrap_or("");
+    let user = match subject.get("grain").and_then(Value::as_str) {
+        Some("user") if !id.starts_with("visitor:") => {
+            user::Entity::find_by_id(id.to_string())
+                .filter(user::Column::OrganizationId.eq(org))
+                .one(db)
+                .await?
+        }
+        _ => None,
+    };
+    let customer_id = subject
+        .get("customerId")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| user.as_ref().and_then(|u| u.customer_id.clone()));
+    let customer = match customer_id {
+        Some(cid) => {
+            customer::Entity::find_by_id(cid)
+                .filter(customer::Column::OrganizationId.eq(org))
+                .one(db)
+                .await?
+        }
+        None => None,
+    };
+    Ok(SubjectRecords { user, customer })
+}
+
+/// The customer as `svc_get_customer` shows it with users, revenue and facts; null without one.
+pub async fn customer_context(state: &AppState, org: &str, customer_id: Option<&str>) -> Value {
+    let Some(id) = customer_id else {
+        return Value::Null;
+    };
+    let ctx = ToolContext {
+        state: state.clone(),
+        organization_id: org.to_string(),
+    };
+    let input = get_customer::Input {
+        customer: id.to_string(),
+        include: Some(vec![
+            get_customer::Section::Users,
+            get_customer::Section::Revenue,
+            get_customer::Section::Facts,
+        ]),
+        timeframe: None,
+    };
+    get_customer::run(&ctx, input).await.unwrap_or(Value::Null)
+}
+
+/// The template message of a run (used without an agent, or when the agent gives none).
+pub fn template(
+    automation: &automation::Model,
+    run: &automation_run::Model,
+    customer: &Value,
+    digest: Option<&[Value]>,
+) -> (String, String) {
+    let signal_names: Vec<&str> = run
+        .signals
+        .as_array()
+        .map(|s| s.iter().filter_map(|x| x.get("name")?.as_str()).collect())
+        .unwrap_or_default();
+    if let Some(subjects) = digest {
+        let title = format!("{}: {} subject(s)", automation.name, subjects.len());
+        let mut lines = vec![format!(
+            "{} subject(s) in the audience of \"{}\":",
+            subjects.len(),
+            automation.name
+        )];
+        for s in subjects.iter().take(50) {
+            let name = s.get("name").and_then(Value::as_str);
+            let key = s.get("key").and_then(Value::as_str).unwrap_or("");
+            lines.push(match name {
+                Some(n) if n != key => format!("- {n} ({key})"),
+                _ => format!("- {key}"),
+            });
+        }
+        if subjects.len() > 50 {
+            lines.push(format!("... and {} more", subjects.len() - 50));
+        }
+        return (title, lines.join("\n"));
+    }
+    let subject = run.subject.clone().unwrap_or(Value::Null);
+    let key = subject.get("key").and_then(Value::as_str).unwrap_or("");
+    let label = match subject.get("name").and_then(Value::as_str) {
+        Some(n) if n != key => format!("{n} ({key})"),
+        _ => key.to_string(),
+    };
+    let title = format!("{}: {label}", automation.name);
+    let mut message = format!(
+        "{} for {} {label}",
+        if signal_names.is_empty() {
+            "Signal occurred".to_string()
+        } else {
+            signal_names.join(", ")
+        },
+        subject
+            .get("grain")
+            .and_then(Value::as_str)
+            .unwrap_or("subject"),
+    );
+    if let Some(name) = customer.get("name").and_then(Value::as_str) {
+        let billing = customer
+            .get("billingStatus")
+            .and_then(Value::as_str)
+            .unwrap_or("NONE");
+        let mrr = customer
+            .get("mrrCents")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        message.push_str(&format!(
+            ". Customer {name}: {billing}, MRR {}.{:02}",
+            mrr / 100,
+            mrr % 100
+        ));
+    }
+    let events = run.events.as_array().map_or(0, Vec::len);
+    if events > 0 {
+        message.push_str(&format!(". {events} matching event(s)"));
+    }
+    (title, message)
+}
+
+async fn try_process(state: &AppState, run: &automation_run::Model) -> anyhow::Result<()> {
+    let db = &state.db;
+    let org = run.organization_id.as_str();
+    let view = platform_automations::get(db, org, &run.automation_id)
+        .await
+        .map_err(|e| anyhow::anyhow!("loading the automation: {e}"))?;
+    let automation = &view.automation;
+    let skip = |reason: String| Transition {
+        skip_reason: Some(reason),
+        finished: true,
+        ..Default::default()
+    };
+
+    // Audience, and a digest's subjects.
+    let mut digest_subjects = None;
+    let customer = match &run.subject {
+        Some(subject) => {
+            let records = subject_records(db, org, subject).await?;
+            let audience = config::parse_audience(&automation.audience_filter_json)
+                .map_err(|_| anyhow::anyhow!("the automation's audienceFilterJson does not fit"))?;
+            if let Err(reason) =
+                audience.admits(records.customer.as_ref(), records.user.as_ref(), Utc::now())
+            {
+                let reason = format!("the subject is outside the audience: {reason}");
+                runs::transition(db, run, status::SKIPPED, skip(reason)).await?;
+                return Ok(());
+            }
+            customer_context(state, org, records.customer.as_ref().map(|c| c.id.as_str())).await
+        }
+        None => {
+            let subjects = digest::subjects(db, &view, run).await?;
+            if subjects.is_empty() {
+                let reason =
+                    "the digest is empty: no subject of the audience qualified".to_string();
+                runs::transition(db, run, status::SKIPPED, skip(reason)).await?;
+                return Ok(());
+            }
+            digest_subjects = Some(subjects);
+            Value::Null
+        }
+    };
+    let destinations = enabled_destinations(&view);
+    if destinations.is_empty() {
+        let reason = "the automation has no enabled destination".to_string();
+        runs::transition(db, run, status::SKIPPED, skip(reason)).await?;
+        return Ok(());
+    }
+
+    // The message: the agent's when it gives one, else the template.
+    let (title, template_message) =
+        template(automation, run, &customer, digest_subjects.as_deref());
+    let mut warnings = Vec::new();
+    let mut message = None;
+    if let Some(agent_id) = &automation.agent_id {
+        let context = runs::payload(
+            automation,
+            run,
+            status::RUNNING_PROCESSOR,
+            customer.clone(),
+            digest_subjects
+                .clone()
+                .map(|s| ("subjects", Value::Array(s))),
+            &title,
+            &template_message,
+            None,
+        );
+        let input = AutomationRunInput {
+            organization_id: uuid::Uuid::parse_str(org)?,
+            agent_id: uuid::Uuid::parse_str(agent_id)?,
+            automation_run_id: uuid::Uuid::parse_str(&run.id)?,
+            context,
+            destination_ids: destinations
+                .iter()
+                .filter_map(|d| uuid::Uuid::parse_str(&d.id).ok())
+                .collect(),
+        };
+        let outcome =
+            crate::agents::run_for_automation(&AgentRuntime::new(state.clone()), input).await;
+        warnings.extend(outcome.warnings);
+        message = outcome.message;
+    }
+    let message = message.unwrap_or(template_message);
+    runs::transition(
+        db,
+        run,
+        status::READY_FOR_DELIVERY,
+        Transition {
+            title: Some(title.clone()),
+            message: Some(message.clone()),
+            warnings: Some(warnings),
+            keep_lease: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+
+    let body = runs::payload(
+        automation,
+        run,
+        status::READY_FOR_DELIVERY,
+        customer,
+        digest_subjects.map(|s| ("subjects", Value::Array(s))),
+        &title,
+        &message,
+        None,
+    );
+    let deliveries =
+        deliver_body(db, &state.secrets, org, destinations, &body, Some(&run.id)).await?;
+    let statuses: Vec<&str> = deliveries.iter().map(|d| d.status.as_str()).collect();
+    let next = runs::settled_status(&statuses);
+    let (to, finished) = match next {
+        Some(s) => (s, true),
+        None => (status::PENDING_DELIVERY, false),
+    };
+    runs::transition(
+        db,
+        run,
+        to,
+        Transition {
+            finished,
+            ..Default::default()
+        },
+    )
+    .await?;
+    tracing::info!(
+        run = %run.id,
+        automation = %automation.key,
+        status = to,
+        delivered = deliveries.iter().filter(|d| d.status == DeliveryStatus::Delivered).count(),
+        "automation run processed"
+    );
+    Ok(())
+}
+
+fn enabled_destinations(view: &AutomationView) -> Vec<destination::Model> {
+    view.destinations
+        .iter()
+        .filter(|d| d.enabled && d.archived_at.is_none())
+        .cloned()
+        .collect()
+}
+
+/// The payload a run would send, for the dry run.
+pub fn sample_payload(
+    automation: &automation::Model,
+    run: &automation_run::Model,
+    customer: Value,
+) -> (String, String, Value) {
+    let (title, message) = template(automation, run, &customer, None);
+    let body = runs::payload(
+        automation,
+        run,
+        &run.status,
+        customer,
+        None,
+        &title,
+        &message,
+        None,
+    );
+    (title, message, json!(body))
+}

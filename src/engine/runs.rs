@@ -1,0 +1,333 @@
+//! Automation runs: created by evaluation (one per subject per dedupe bucket) or by a schedule
+//! tick (one per tick), walked through the spec's statuses by the processor, and kept in step
+//! with the automation's `lastRunAt`/`lastRunStatus` (which follow its newest run).
+
+use chrono::{DateTime, Utc};
+use entity::{
+    automation,
+    automation_run::{self, status},
+    notification_delivery,
+};
+use sea_orm::{
+    sea_query::{Expr, ExprTrait, Query},
+    ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set,
+};
+use serde_json::{json, Value};
+
+use super::{
+    config::SignalTrigger,
+    evaluate::{insert_ignoring_repeat, AppliedEvent, Subject},
+};
+use crate::types::Timestamp;
+
+/// A new run row (status `PENDING`).
+pub fn new_run(
+    automation: &automation::Model,
+    dedupe_key: String,
+    subject: Option<Value>,
+    events: Vec<Value>,
+    signals: Vec<Value>,
+    triggered_at: DateTime<Utc>,
+) -> automation_run::ActiveModel {
+    automation_run::ActiveModel {
+        id: Set(uuid::Uuid::new_v4().to_string()),
+        organization_id: Set(automation.organization_id.clone()),
+        automation_id: Set(automation.id.clone()),
+        dedupe_key: Set(dedupe_key),
+        status: Set(status::PENDING.to_string()),
+        triggered_at: Set(triggered_at),
+        started_at: Set(None),
+        finished_at: Set(None),
+        config_hash: Set(automation.config_hash.clone()),
+        subject: Set(subject),
+        digest_since: Set(None),
+        skip_reason: Set(None),
+        title: Set(None),
+        message: Set(None),
+        warnings: Set(json!([])),
+        events: Set(Value::Array(events)),
+        signals: Set(Value::Array(signals)),
+        processor_attempts: Set(0),
+        lease_until: Set(None),
+        updated_at: Set(triggered_at),
+    }
+}
+
+/// Inserts a run unless the automation has one with its dedupe key; true when inserted.
+pub async fn insert_once<C: ConnectionTrait>(
+    conn: &C,
+    run: automation_run::ActiveModel,
+) -> Result<bool, DbErr> {
+    let automation_id = run.automation_id.clone().unwrap();
+    let triggered_at = run.triggered_at.clone().unwrap();
+    let inserted = automation_run::Entity::insert(run)
+        .on_conflict(insert_ignoring_repeat())
+        .exec_without_returning(conn)
+        .await?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    follow_newest(conn, &automation_id, triggered_at, status::PENDING).await?;
+    Ok(true)
+}
+
+/// A subject's run for the bucket the event falls in (`dedupe` `none`: one per event).
+pub async fn create_for_subject<C: ConnectionTrait>(
+    conn: &C,
+    automation: &automation::Model,
+    trigger: &SignalTrigger,
+    subject: &Subject,
+    event: &AppliedEvent,
+    signals: Vec<Value>,
+) -> Result<bool, DbErr> {
+    let bucket = trigger
+        .dedupe
+        .bucket(event.received_at)
+        .unwrap_or_else(|| format!("event:{}", event.id));
+    let key = format!("{}:{}:{bucket}", subject.grain.as_str(), subject.id);
+    let run = new_run(
+        automation,
+        key,
+        Some(subject.to_json()),
+        vec![event.record()],
+        signals,
+        Utc::now(),
+    );
+    insert_once(conn, run).await
+}
+
+/// Keeps the automation's `lastRunAt`/`lastRunStatus` on its newest run.
+pub async fn follow_newest<C: ConnectionTrait>(
+    conn: &C,
+    automation_id: &str,
+    triggered_at: DateTime<Utc>,
+    run_status: &str,
+) -> Result<(), DbErr> {
+    automation::Entity::update_many()
+        .col_expr(
+            automation::Column::LastRunAt,
+            Expr::value(Some(triggered_at)),
+        )
+        .col_expr(
+            automation::Column::LastRunStatus,
+            Expr::value(Some(run_status.to_string())),
+        )
+        .filter(automation::Column::Id.eq(automation_id))
+        .filter(
+            Condition::any()
+                .add(automation::Column::LastRunAt.is_null())
+                .add(automation::Column::LastRunAt.lte(triggered_at)),
+        )
+        .exec(conn)
+        .await?;
+    Ok(())
+}
+
+/// What changes when a run moves on.
+#[derive(Debug, Default)]
+pub struct Transition {
+    pub skip_reason: Option<String>,
+    pub title: Option<String>,
+    pub message: Option<String>,
+    pub warnings: Option<Vec<String>>,
+    pub finished: bool,
+    /// Keep the processor's lease (the run is still being worked on).
+    pub keep_lease: bool,
+}
+
+/// Moves a run to `to` and the automation's last-run fields with it.
+pub async fn transition<C: ConnectionTrait>(
+    conn: &C,
+    run: &automation_run::Model,
+    to: &str,
+    change: Transition,
+) -> Result<(), DbErr> {
+    let now = Utc::now();
+    let mut update = automation_run::Entity::update_many()
+        .col_expr(automation_run::Column::Status, Expr::value(to))
+        .col_expr(automation_run::Column::UpdatedAt, Expr::value(now));
+    if let Some(r) = change.skip_reason {
+        update = update.col_expr(automation_run::Column::SkipReason, Expr::value(Some(r)));
+    }
+    if let Some(t) = change.title {
+        update = update.col_expr(automation_run::Column::Title, Expr::value(Some(t)));
+    }
+    if let Some(m) = change.message {
+        update = update.col_expr(automation_run::Column::Message, Expr::value(Some(m)));
+    }
+    if let Some(w) = change.warnings {
+        update = update.col_expr(automation_run::Column::Warnings, Expr::value(json!(w)));
+    }
+    if change.finished {
+        update = update.col_expr(automation_run::Column::FinishedAt, Expr::value(Some(now)));
+    }
+    if !change.keep_lease {
+        update = update.col_expr(
+            automation_run::Column::LeaseUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        );
+    }
+    update
+        .filter(automation_run::Column::Id.eq(&run.id))
+        .exec(conn)
+        .await?;
+    follow_newest(conn, &run.automation_id, run.triggered_at, to).await
+}
+
+/// A run's status from its deliveries' statuses: `None` while some are still retrying.
+pub fn settled_status(deliveries: &[&str]) -> Option<&'static str> {
+    if deliveries.iter().any(|s| *s == "retrying") {
+        return None;
+    }
+    let delivered = deliveries.iter().filter(|s| **s == "delivered").count();
+    Some(if delivered == deliveries.len() && delivered > 0 {
+        status::DELIVERED
+    } else if delivered > 0 {
+        status::PARTIAL_FAILURE
+    } else {
+        status::FAILED
+    })
+}
+
+/// Runs waiting on background retries whose deliveries have all finished get their final
+/// status; returns how many.
+pub async fn settle_deliveries<C: ConnectionTrait>(conn: &C) -> Result<usize, DbErr> {
+    let waiting = automation_run::Entity::find()
+        .filter(automation_run::Column::Status.eq(status::PENDING_DELIVERY))
+        .order_by_asc(automation_run::Column::UpdatedAt)
+        .limit(200)
+        .all(conn)
+        .await?;
+    let mut settled = 0;
+    for run in waiting {
+        let statuses: Vec<String> = notification_delivery::Entity::find()
+            .select_only()
+            .column(notification_delivery::Column::Status)
+            .filter(notification_delivery::Column::AutomationRunId.eq(&run.id))
+            .into_tuple()
+            .all(conn)
+            .await?;
+        let refs: Vec<&str> = statuses.iter().map(String::as_str).collect();
+        if let Some(final_status) = settled_status(&refs) {
+            transition(
+                conn,
+                &run,
+                final_status,
+                Transition {
+                    finished: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+            settled += 1;
+        }
+    }
+    Ok(settled)
+}
+
+/// Claims up to `limit` runs to process: `PENDING` ones whose retry pause is over, and
+/// `RUNNING_PROCESSOR` ones whose instance let its lease lapse. One statement, so two
+/// instances never claim the same run (rows locked and skipped on PostgreSQL).
+pub async fn claim<C: ConnectionTrait>(
+    conn: &C,
+    limit: u64,
+    lease: chrono::Duration,
+) -> Result<Vec<automation_run::Model>, DbErr> {
+    use automation_run::Column as R;
+    let now = Utc::now();
+    let backend = conn.get_database_backend();
+    let due = Condition::any()
+        .add(
+            Condition::all().add(R::Status.eq(status::PENDING)).add(
+                Condition::any()
+                    .add(R::LeaseUntil.is_null())
+                    .add(R::LeaseUntil.lt(now)),
+            ),
+        )
+        .add(
+            Condition::all()
+                .add(R::Status.eq(status::RUNNING_PROCESSOR))
+                .add(R::LeaseUntil.lt(now)),
+        );
+    let mut pick = Query::select();
+    pick.column(R::Id)
+        .from(automation_run::Entity)
+        .cond_where(due.clone())
+        .order_by(R::TriggeredAt, sea_orm::Order::Asc)
+        .limit(limit);
+    if backend == sea_orm::DbBackend::Postgres {
+        pick.lock_with_behavior(
+            sea_orm::sea_query::LockType::Update,
+            sea_orm::sea_query::LockBehavior::SkipLocked,
+        );
+    }
+    let mut update = Query::update();
+    update
+        .table(automation_run::Entity)
+        .value(R::Status, status::RUNNING_PROCESSOR)
+        .value(R::LeaseUntil, Some(now + lease))
+        .value(R::UpdatedAt, now)
+        .value(
+            R::StartedAt,
+            sea_orm::sea_query::Func::coalesce([Expr::col(R::StartedAt).into(), Expr::value(now)]),
+        )
+        .value(
+            R::ProcessorAttempts,
+            Expr::col(R::ProcessorAttempts).add(Expr::value(1)),
+        )
+        .and_where(Expr::col(R::Id).in_subquery(pick))
+        .cond_where(due)
+        .returning_all();
+    let rows = conn.query_all_raw(backend.build(&update)).await?;
+    let mut claimed = rows
+        .iter()
+        .map(|r| <automation_run::Model as sea_orm::FromQueryResult>::from_query_result(r, ""))
+        .collect::<Result<Vec<_>, _>>()?;
+    claimed.sort_by_key(|r| r.triggered_at);
+    for run in &claimed {
+        follow_newest(
+            conn,
+            &run.automation_id,
+            run.triggered_at,
+            status::RUNNING_PROCESSOR,
+        )
+        .await?;
+    }
+    Ok(claimed)
+}
+
+/// The webhook body of an automation run (DESIGN.md's `automation.run`).
+#[allow(clippy::too_many_arguments)]
+pub fn payload(
+    automation: &automation::Model,
+    run: &automation_run::Model,
+    run_status: &str,
+    customer: Value,
+    extra: Option<(&str, Value)>,
+    title: &str,
+    message: &str,
+    markdown: Option<&str>,
+) -> Value {
+    let mut body = json!({
+        "type": "automation.run",
+        "automation": { "id": automation.id, "key": automation.key, "name": automation.name },
+        "run": {
+            "id": run.id,
+            "triggeredAt": Timestamp::format(&run.triggered_at),
+            "status": run_status,
+        },
+        "subject": run.subject,
+        "signals": run.signals,
+        "events": run.events,
+        "customer": customer,
+        "title": title,
+        "message": message,
+        "markdown": markdown,
+        "sentAt": Timestamp::format(&Utc::now()),
+    });
+    if let (Some((key, value)), Some(obj)) = (extra, body.as_object_mut()) {
+        obj.insert(key.to_string(), value);
+    }
+    body
+}

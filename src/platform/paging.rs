@@ -1,0 +1,81 @@
+//! Run lists (agent runs, automation runs): newest first, a page of `limit`, and an opaque
+//! cursor holding the last item's time and id.
+
+use base64::Engine;
+use chrono::{DateTime, Utc};
+
+use super::PlatformResult;
+
+/// Items per page unless `limit` says otherwise, and the most a page holds.
+pub const DEFAULT_LIMIT: u32 = 20;
+pub const MAX_LIMIT: u32 = 100;
+
+/// A checked page request.
+pub struct PageRequest {
+    /// The `status` filter, upper-cased.
+    pub status: Option<String>,
+    pub limit: u32,
+    /// Items strictly before this (time, id) position.
+    pub after: Option<(DateTime<Utc>, String)>,
+}
+
+/// The cursor of an item at `at` with `id`.
+pub fn encode_cursor(at: &DateTime<Utc>, id: &str) -> String {
+    let raw = format!("{}|{id}", at.timestamp_micros());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor.trim())
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (micros, id) = text.split_once('|')?;
+    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    Some((at, id.to_string()))
+}
+
+/// Checks `status` (one of `statuses`), `limit` and `cursor`; 400 naming each bad one.
+pub fn page_request(
+    status: Option<&str>,
+    statuses: &[&str],
+    limit: Option<u32>,
+    cursor: Option<&str>,
+) -> PlatformResult<PageRequest> {
+    let mut issues = crate::request::Issues::default();
+    let status = status.map(|s| s.trim().to_ascii_uppercase());
+    if let Some(s) = &status {
+        if !statuses.contains(&s.as_str()) {
+            issues.push(
+                vec!["status".into()],
+                format!("must be one of {}", statuses.join(", ")),
+            );
+        }
+    }
+    let limit = limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        issues.push(
+            vec!["limit".into()],
+            format!("must be between 1 and {MAX_LIMIT}"),
+        );
+    }
+    let after = match cursor.filter(|c| !c.trim().is_empty()) {
+        Some(c) => {
+            let position = decode_cursor(c);
+            if position.is_none() {
+                issues.push(
+                    vec!["cursor".into()],
+                    "not a cursor from a previous page's `nextCursor`",
+                );
+            }
+            position
+        }
+        None => None,
+    };
+    issues.into_result()?;
+    Ok(PageRequest {
+        status,
+        limit,
+        after,
+    })
+}
