@@ -46,6 +46,13 @@ impl<T: Type> Type for Nullable<T> {
                     ..MetaSchema::ANY
                 }))
             }
+            // An object is described inline with `nullable`: strict OpenAPI 3.0.3 readers
+            // refuse null for `allOf: [$ref]` even with `nullable` beside it.
+            MetaSchemaRef::Reference(name) if registered_object::<T>(&name).is_some() => {
+                let mut schema = registered_object::<T>(&name).unwrap_or(MetaSchema::ANY);
+                schema.nullable = true;
+                MetaSchemaRef::Inline(Box::new(schema))
+            }
             // Other references: `allOf` with the one reference carries `nullable`, which SDK
             // generators read as "this type or null".
             reference @ MetaSchemaRef::Reference(_) => {
@@ -78,6 +85,17 @@ impl<T: Type> Type for Nullable<T> {
             None => Box::new(std::iter::empty()),
         }
     }
+}
+
+/// The object schema `T` registers under `name`, when it is an object.
+fn registered_object<T: Type>(name: &str) -> Option<MetaSchema> {
+    let mut registry = Registry::new();
+    T::register(&mut registry);
+    registry
+        .schemas
+        .get(name)
+        .filter(|schema| schema.ty == "object")
+        .cloned()
 }
 
 /// The values of the enum `T` registers under `name` (empty when it is not an enum).

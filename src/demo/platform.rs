@@ -319,18 +319,18 @@ pub(super) async fn seed_automations(
         last_run: Option<(&'static str, i64)>,
     }
     let specs = [
-        // Ready to go: an active signal and the enabled Slack channel.
+        // Ready to go: an active signal and the enabled CRM webhook.
         AutomationSpec {
             key: "churn-risk-alert",
             name: "Churn risk alert",
             description: "Alert the CS channel when a paying account keeps failing to export.",
             trigger_type: "SIGNAL_OCCURRENCE",
-            trigger: json!({ "signalKeys": ["export-failures"] }),
+            trigger: json!({ "dedupe": "day" }),
             audience: json!({ "billingStatus": ["PAYING"], "minMrrCents": 49_900 }),
             match_mode: "ANY",
             agent: Some("churn-watch"),
             signals: &["export-failures"],
-            destinations: &["slack-cs-alerts"],
+            destinations: &["crm-webhook"],
             archived_days_ago: None,
             last_run: None,
         },
@@ -339,7 +339,7 @@ pub(super) async fn seed_automations(
             name: "Legacy trial nudge",
             description: "Nudged expiring trials; replaced by the onboarding playbook.",
             trigger_type: "SIGNAL_OCCURRENCE",
-            trigger: json!({ "signalKeys": ["legacy-trial-expiring"] }),
+            trigger: json!({ "dedupe": "week" }),
             audience: json!({ "billingStatus": ["TRIALING"] }),
             match_mode: "ANY",
             agent: None,
@@ -354,8 +354,8 @@ pub(super) async fn seed_automations(
             name: "Expansion digest",
             description: "Monday digest of accounts showing expansion intent.",
             trigger_type: "SCHEDULE",
-            trigger: json!({ "cron": "0 9 * * 1" }),
-            audience: json!({ "billingStatus": ["PAYING"], "plans": ["growth", "pro"] }),
+            trigger: json!({ "cron": "0 9 * * 1", "timezone": "UTC" }),
+            audience: json!({ "billingStatus": ["PAYING"], "traits": { "plan": ["growth", "pro"] } }),
             match_mode: "ALL",
             agent: Some("expansion-scout"),
             signals: &["seat-limit-reached", "pricing-interest"],

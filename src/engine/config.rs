@@ -65,9 +65,10 @@ fn span_at(obj: &Map<String, Value>, key: &str, issues: &mut Issues) -> Option<D
     match raw.as_str().and_then(parse_span) {
         Some(d) => Some(d),
         None => {
+            let shown = raw.as_str().map_or_else(|| raw.to_string(), str::to_string);
             issues.push(issue(
                 &[key],
-                format!("`{raw}` is not a duration: a number followed by h, d or w, e.g. `7d`"),
+                format!("`{shown}` is not a duration: a number followed by h, d or w, e.g. `7d`"),
             ));
             None
         }

@@ -3,12 +3,14 @@
 mod fake_llm;
 mod fake_stripe;
 mod helpers;
+mod receiver;
 
 mod agents_run;
 mod browser;
 mod cli;
 mod cli_client;
 mod contract;
+mod engine;
 mod import;
 mod ingest;
 mod ingest_durability;
