@@ -1,7 +1,8 @@
 //! `custintel agents|signals|automations|destinations ...`: the platform actions. Answers are
 //! command envelopes; the client shows `result.data`.
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
+use serde_json::json;
 use serde_json::Value;
 
 use super::{client::Client, output, CliError, OutputArgs};
@@ -21,13 +22,20 @@ pub enum AgentsCommand {
         /// Only runs with this status (RUNNING, SUCCEEDED, FAILED, SKIPPED).
         #[arg(long)]
         status: Option<String>,
-        /// Runs per page, 1 to 100.
-        #[arg(long)]
-        limit: Option<u32>,
-        /// The previous page's `nextCursor`.
-        #[arg(long)]
-        cursor: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
     },
+}
+
+/// Paging of a run list.
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Runs per page, 1 to 100.
+    #[arg(long)]
+    limit: Option<u32>,
+    /// The previous page's `nextCursor`.
+    #[arg(long)]
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,6 +58,30 @@ pub enum AutomationsCommand {
     Enable { id: String },
     /// Disable an automation.
     Disable { id: String },
+    /// An automation's runs, newest first: status, subject, deliveries.
+    Runs {
+        id: String,
+        /// Only runs with this status (PENDING, SKIPPED, RUNNING_PROCESSOR, READY_FOR_DELIVERY,
+        /// PENDING_DELIVERY, DELIVERED, PARTIAL_FAILURE, FAILED).
+        #[arg(long)]
+        status: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// A dry run: the run an event or a subject would make and the body it would send
+    /// (nothing is stored or sent).
+    Test {
+        id: String,
+        /// An event of the `events` view.
+        #[arg(long, conflicts_with_all = ["grain", "key"])]
+        event_id: Option<String>,
+        /// The subject's grain: `user` or `customer` (with `--key`).
+        #[arg(long, requires = "key")]
+        grain: Option<String>,
+        /// The subject's key: a user's email or externalId, a customer's domain or externalId.
+        #[arg(long, requires = "grain")]
+        key: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,65 +216,74 @@ pub async fn agents(client: &Client, c: AgentsCommand, out: OutputArgs) -> Resul
         AgentsCommand::List => list(client, &AGENTS, out).await,
         AgentsCommand::Get { id } => show(client, &AGENTS, &id, None, out).await,
         AgentsCommand::Disable { id } => show(client, &AGENTS, &id, Some("disable"), out).await,
-        AgentsCommand::Runs {
-            id,
-            status,
-            limit,
-            cursor,
-        } => agent_runs(client, &id, status, limit, cursor, out).await,
+        AgentsCommand::Runs { id, status, page } => {
+            let columns = [
+                ("ID", Cell::At("/id")),
+                ("TRIGGER", Cell::At("/trigger")),
+                ("STATUS", Cell::At("/status")),
+                ("STARTED", Cell::At("/startedAt")),
+                ("TURNS", Cell::At("/turns")),
+                ("TOOLS", Cell::Count("/toolCalls")),
+                ("ACTIONS", Cell::Count("/actions")),
+                ("TOKENS", Cell::At("/usage/totalTokens")),
+                ("REASON", Cell::At("/reason")),
+            ];
+            runs(client, &AGENTS, &id, status, page, &columns, out).await
+        }
     }
 }
 
-async fn agent_runs(
+/// A column of a run table.
+enum Cell {
+    /// The value at a JSON pointer.
+    At(&'static str),
+    /// The length of the array at a JSON pointer.
+    Count(&'static str),
+}
+
+async fn runs(
     client: &Client,
+    kind: &Kind,
     id: &str,
     status: Option<String>,
-    limit: Option<u32>,
-    cursor: Option<String>,
+    page: PageArgs,
+    columns: &[(&str, Cell)],
     out: OutputArgs,
 ) -> Result<(), CliError> {
     let mut query = Vec::new();
     if let Some(s) = status {
         query.push(("status", s));
     }
-    if let Some(l) = limit {
+    if let Some(l) = page.limit {
         query.push(("limit", l.to_string()));
     }
-    if let Some(c) = cursor {
+    if let Some(c) = page.cursor {
         query.push(("cursor", c));
     }
     let answer = client
-        .get(&format!("{}/{}/runs", AGENTS.path, segment(id)), &query)
+        .get(&format!("{}/{}/runs", kind.path, segment(id)), &query)
         .await?;
     if out.json {
         output::json(&answer);
         return Ok(());
     }
-    let headers = [
-        "ID", "TRIGGER", "STATUS", "STARTED", "TURNS", "TOOLS", "ACTIONS", "TOKENS", "REASON",
-    ];
-    let count = |run: &Value, p: &str| {
-        output::at(run, p)
-            .as_array()
-            .map_or(0, Vec::len)
-            .to_string()
-    };
+    let headers: Vec<&str> = columns.iter().map(|(h, _)| *h).collect();
     let rows: Vec<Vec<String>> = output::at(data(&answer), "/runs")
         .as_array()
-        .map(|runs| {
-            runs.iter()
+        .map(|items| {
+            items
+                .iter()
                 .map(|run| {
-                    vec![
-                        output::cell(output::at(run, "/id")),
-                        output::cell(output::at(run, "/trigger")),
-                        output::cell(output::at(run, "/status")),
-                        output::cell(output::at(run, "/startedAt")),
-                        output::cell(output::at(run, "/turns")),
-                        count(run, "/toolCalls"),
-                        count(run, "/actions"),
-                        output::cell(output::at(run, "/usage/totalTokens")),
-                        output::cell(output::at(run, "/reason")),
-                    ]
+                    columns
+                        .iter()
+                        .map(|(_, cell)| match cell {
+                            Cell::At(p) => output::cell(output::at(run, p)),
+                            Cell::Count(p) => output::at(run, p)
+                                .as_array()
+                                .map_or(0, Vec::len)
+                                .to_string(),
+                        })
+                        .collect()
                 })
                 .collect()
         })
@@ -276,6 +317,50 @@ pub async fn automations(
         }
         AutomationsCommand::Disable { id } => {
             show(client, &AUTOMATIONS, &id, Some("disable"), out).await
+        }
+        AutomationsCommand::Runs { id, status, page } => {
+            let columns = [
+                ("ID", Cell::At("/id")),
+                ("STATUS", Cell::At("/status")),
+                ("TRIGGERED", Cell::At("/triggeredAt")),
+                ("SUBJECT", Cell::At("/subject/key")),
+                ("EVENTS", Cell::Count("/events")),
+                ("DELIVERIES", Cell::Count("/deliveries")),
+                ("SKIP REASON", Cell::At("/skipReason")),
+            ];
+            runs(client, &AUTOMATIONS, &id, status, page, &columns, out).await
+        }
+        AutomationsCommand::Test {
+            id,
+            event_id,
+            grain,
+            key,
+        } => {
+            let body = match (event_id, grain, key) {
+                (Some(event), _, _) => json!({ "eventId": event }),
+                (None, Some(grain), Some(key)) => {
+                    json!({ "subject": { "grain": grain, "key": key } })
+                }
+                _ => {
+                    return Err(CliError::Usage(
+                        "give --event-id, or --grain and --key".to_string(),
+                    ))
+                }
+            };
+            let answer = client
+                .post(
+                    &format!("{}/{}/test", AUTOMATIONS.path, segment(&id)),
+                    Some(&body),
+                )
+                .await?;
+            if out.json {
+                output::json(&answer);
+            } else {
+                output::fields(output::at(data(&answer), "/run"));
+                println!("payload:");
+                output::json(output::at(data(&answer), "/payload"));
+            }
+            Ok(())
         }
     }
 }
