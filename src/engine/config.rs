@@ -184,7 +184,9 @@ pub fn parse_trigger(
     };
     let trigger = match trigger_type {
         "SCHEDULE" => parse_schedule(obj, &mut issues).map(Trigger::Schedule),
-        _ => parse_signal_trigger(obj, match_mode, active_signals, &mut issues).map(Trigger::Signal),
+        _ => {
+            parse_signal_trigger(obj, match_mode, active_signals, &mut issues).map(Trigger::Signal)
+        }
     };
     match trigger {
         Some(t) if issues.is_empty() => Ok(t),
@@ -317,7 +319,13 @@ pub struct Audience {
     pub inactive_for: Option<Duration>,
 }
 
-const STAGES: [&str; 5] = ["discovered", "signed_up", "activated", "engaged", "inactive"];
+const STAGES: [&str; 5] = [
+    "discovered",
+    "signed_up",
+    "activated",
+    "engaged",
+    "inactive",
+];
 
 fn string_list(
     obj: &Map<String, Value>,
@@ -553,15 +561,24 @@ impl SignalRule {
 
 const MATCH_KEYS: [&str; 3] = ["eventNames", "propertyConditions", "conditionMode"];
 
-fn compile_matcher(obj: &Map<String, Value>, path: &[&str], issues: &mut Issues) -> Option<EventMatcher> {
+fn compile_matcher(
+    obj: &Map<String, Value>,
+    path: &[&str],
+    issues: &mut Issues,
+) -> Option<EventMatcher> {
     let names_ok = obj
         .get("eventNames")
         .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty() && a.iter().all(|n| n.as_str().is_some_and(|s| !s.is_empty())));
+        .is_some_and(|a| {
+            !a.is_empty() && a.iter().all(|n| n.as_str().is_some_and(|s| !s.is_empty()))
+        });
     if !names_ok {
         let mut p = path.to_vec();
         p.push("eventNames");
-        issues.push(issue(&p, "a non-empty array of non-empty event names is required"));
+        issues.push(issue(
+            &p,
+            "a non-empty array of non-empty event names is required",
+        ));
         return None;
     }
     match EventMatcher::compile(&Value::Object(obj.clone())) {
@@ -570,7 +587,13 @@ fn compile_matcher(obj: &Map<String, Value>, path: &[&str], issues: &mut Issues)
             let field = message.split(':').next().unwrap_or("").trim().to_string();
             let mut p: Vec<&str> = path.to_vec();
             if MATCH_KEYS.contains(&field.as_str()) {
-                p.push(MATCH_KEYS.iter().find(|k| **k == field).copied().unwrap_or(""));
+                p.push(
+                    MATCH_KEYS
+                        .iter()
+                        .find(|k| **k == field)
+                        .copied()
+                        .unwrap_or(""),
+                );
             }
             issues.push(issue(&p, message));
             None
@@ -584,7 +607,10 @@ pub fn compile_signal(kind: &str, definition: &Value) -> Result<SignalRule, Issu
     let Some(obj) = as_object(definition, &mut issues) else {
         return Err(issues);
     };
-    let grain = obj.get("grain").and_then(Value::as_str).and_then(Grain::parse);
+    let grain = obj
+        .get("grain")
+        .and_then(Value::as_str)
+        .and_then(Grain::parse);
     if grain.is_none() {
         issues.push(issue(&["grain"], "must be one of user, customer"));
     }
@@ -604,7 +630,13 @@ pub fn compile_signal(kind: &str, definition: &Value) -> Result<SignalRule, Issu
     } else {
         refuse_unknown(
             obj,
-            &["grain", "subjectResolver", "eventNames", "propertyConditions", "conditionMode"],
+            &[
+                "grain",
+                "subjectResolver",
+                "eventNames",
+                "propertyConditions",
+                "conditionMode",
+            ],
             &mut issues,
         );
         compile_matcher(obj, &[], &mut issues).map(Pattern::Match)
@@ -621,13 +653,23 @@ pub fn compile_signal(kind: &str, definition: &Value) -> Result<SignalRule, Issu
 
 fn compile_pattern(raw: Option<&Value>, issues: &mut Issues) -> Option<Pattern> {
     let Some(obj) = raw.and_then(Value::as_object) else {
-        issues.push(issue(&["pattern"], "an object with type count or sequence is required"));
+        issues.push(issue(
+            &["pattern"],
+            "an object with type count or sequence is required",
+        ));
         return None;
     };
-    let within = match obj.get("within").and_then(Value::as_str).and_then(parse_span) {
+    let within = match obj
+        .get("within")
+        .and_then(Value::as_str)
+        .and_then(parse_span)
+    {
         Some(d) => Some(d),
         None => {
-            issues.push(issue(&["pattern", "within"], "a duration such as `1d` is required"));
+            issues.push(issue(
+                &["pattern", "within"],
+                "a duration such as `1d` is required",
+            ));
             None
         }
     };
@@ -654,9 +696,15 @@ fn compile_pattern(raw: Option<&Value>, issues: &mut Issues) -> Option<Pattern> 
         }
         Some("sequence") => {
             refuse_unknown_under(obj, &["type", "steps", "within"], "pattern", issues);
-            let Some(steps) = obj.get("steps").and_then(Value::as_array).filter(|s| s.len() >= 2)
+            let Some(steps) = obj
+                .get("steps")
+                .and_then(Value::as_array)
+                .filter(|s| s.len() >= 2)
             else {
-                issues.push(issue(&["pattern", "steps"], "an array of at least two steps is required"));
+                issues.push(issue(
+                    &["pattern", "steps"],
+                    "an array of at least two steps is required",
+                ));
                 return None;
             };
             let mut compiled = Vec::new();
@@ -689,7 +737,12 @@ fn compile_pattern(raw: Option<&Value>, issues: &mut Issues) -> Option<Pattern> 
     }
 }
 
-fn refuse_unknown_under(obj: &Map<String, Value>, known: &[&str], prefix: &str, issues: &mut Issues) {
+fn refuse_unknown_under(
+    obj: &Map<String, Value>,
+    known: &[&str],
+    prefix: &str,
+    issues: &mut Issues,
+) {
     let mut found = Issues::new();
     refuse_unknown(obj, known, &mut found);
     issues.extend(under(&[prefix], found));
@@ -711,11 +764,18 @@ mod tests {
     #[test]
     fn signal_trigger_defaults_and_errors() {
         let t = parse_trigger("SIGNAL_OCCURRENCE", "ANY", &json!({}), 1).unwrap();
-        let Trigger::Signal(s) = t else { panic!("signal trigger") };
+        let Trigger::Signal(s) = t else {
+            panic!("signal trigger")
+        };
         assert_eq!(s.dedupe, Dedupe::Day);
         assert_eq!(s.window, Duration::days(7));
-        let err = parse_trigger("SIGNAL_OCCURRENCE", "AT_LEAST", &json!({"atLeast": 3, "x": 1}), 2)
-            .unwrap_err();
+        let err = parse_trigger(
+            "SIGNAL_OCCURRENCE",
+            "AT_LEAST",
+            &json!({"atLeast": 3, "x": 1}),
+            2,
+        )
+        .unwrap_err();
         assert_eq!(paths(&err), vec![r#"["x"]"#, r#"["atLeast"]"#]);
         assert!(parse_trigger("SIGNAL_OCCURRENCE", "AT_LEAST", &json!({"atLeast": 2}), 2).is_ok());
     }
@@ -729,16 +789,25 @@ mod tests {
             0,
         )
         .unwrap();
-        let Trigger::Schedule(s) = t else { panic!("schedule") };
+        let Trigger::Schedule(s) = t else {
+            panic!("schedule")
+        };
         // Wednesday 2026-11-25 10:00 UTC -> Monday 2026-11-30 09:00 Berlin = 08:00 UTC.
         let now = Utc.with_ymd_and_hms(2026, 11, 25, 10, 0, 0).unwrap();
         let next = s.next_after(now, now).unwrap();
         assert_eq!(next, Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap());
-        let err = parse_trigger("SCHEDULE", "ANY", &json!({"every": "1d", "cron": "* * * * *"}), 0)
-            .unwrap_err();
+        let err = parse_trigger(
+            "SCHEDULE",
+            "ANY",
+            &json!({"every": "1d", "cron": "* * * * *"}),
+            0,
+        )
+        .unwrap_err();
         assert_eq!(paths(&err), vec![r#"["every"]"#]);
         let every = parse_trigger("SCHEDULE", "ANY", &json!({"every": "2h"}), 0).unwrap();
-        let Trigger::Schedule(e) = every else { panic!("schedule") };
+        let Trigger::Schedule(e) = every else {
+            panic!("schedule")
+        };
         let anchor = now;
         assert_eq!(e.next_after(now, anchor).unwrap(), now + Duration::hours(2));
         assert_eq!(
@@ -749,10 +818,13 @@ mod tests {
 
     #[test]
     fn audience_keys_and_values_are_checked() {
-        let err = parse_audience(&json!({"plans": ["pro"], "billingStatus": ["RICH"]})).unwrap_err();
+        let err =
+            parse_audience(&json!({"plans": ["pro"], "billingStatus": ["RICH"]})).unwrap_err();
         assert_eq!(paths(&err), vec![r#"["plans"]"#, r#"["billingStatus",0]"#]);
-        let a = parse_audience(&json!({"billingStatus": ["PAYING"], "traits": {"plan": ["pro", "growth"]}}))
-            .unwrap();
+        let a = parse_audience(
+            &json!({"billingStatus": ["PAYING"], "traits": {"plan": ["pro", "growth"]}}),
+        )
+        .unwrap();
         assert_eq!(a.traits[0].1.len(), 2);
     }
 
@@ -764,7 +836,9 @@ mod tests {
                 "type": "sequence", "within": "1d",
                 "steps": [{"eventNames": ["a"]}, {"eventNames": ["b"], "conditionMode": "ANY"}]}}),
         );
-        assert!(matches!(ok.unwrap().pattern, Pattern::Sequence { ref steps, .. } if steps.len() == 2));
+        assert!(
+            matches!(ok.unwrap().pattern, Pattern::Sequence { ref steps, .. } if steps.len() == 2)
+        );
         let err = compile_signal(
             "EVENT_PATTERN",
             &json!({"grain": "user", "subjectResolver": "email", "pattern": {
@@ -773,7 +847,11 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             paths(&err),
-            vec![r#"["pattern","within"]"#, r#"["pattern","min"]"#, r#"["pattern","eventNames"]"#]
+            vec![
+                r#"["pattern","within"]"#,
+                r#"["pattern","min"]"#,
+                r#"["pattern","eventNames"]"#
+            ]
         );
     }
 

@@ -109,7 +109,10 @@ pub async fn run_due(
                 nd::Column::LeaseUntil,
                 Expr::value(Option::<chrono::DateTime<Utc>>::None),
             )
-            .col_expr(nd::Column::AttemptLog, Expr::value(serde_json::Value::Array(log)))
+            .col_expr(
+                nd::Column::AttemptLog,
+                Expr::value(serde_json::Value::Array(log)),
+            )
             .col_expr(nd::Column::UpdatedAt, Expr::value(finished))
             .filter(nd::Column::Id.eq(row.id.clone()))
             .exec(db)

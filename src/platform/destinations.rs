@@ -220,6 +220,7 @@ pub async fn create(
         id: Set(uuid::Uuid::new_v4().to_string()),
         organization_id: Set(org),
         key: Set(key),
+        managed_by: Set("UI".into()),
         name: Set(body.name),
         description: Set(defined(body.description)),
         provider: Set(provider.to_string()),
