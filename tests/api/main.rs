@@ -5,6 +5,7 @@ mod fake_stripe;
 mod helpers;
 
 mod agents_run;
+mod apply;
 mod browser;
 mod cli;
 mod cli_client;
