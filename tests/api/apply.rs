@@ -410,6 +410,27 @@ db_test!(
             .unwrap()
             .contains("custintel apply"));
 
+        // Enabling and disabling a CODE destination stay platform actions.
+        let r = app
+            .post(
+                "/api/destinations/{id}/disable",
+                &format!("/api/destinations/{dest_id}/disable"),
+                key,
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let r = app
+            .patch(
+                "/api/destinations/{id}",
+                &format!("/api/destinations/{dest_id}"),
+                key,
+                json!({"type": "WEBHOOK_ENDPOINT", "enabled": true}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body["result"]["data"]["destination"]["enabled"], true);
+
         // Enabling stays a platform action, and applying again leaves it enabled.
         let r = app
             .post(
