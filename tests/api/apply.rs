@@ -525,11 +525,16 @@ automations:
     matchMode: ANY
     signals: [their-signal]
 "#;
-        run(&app, &other.organization_id, &format!(
-        "signals:\n  - key: their-signal\n    kind: EVENT_MATCH\n    name: Theirs\n    definition: {{grain: user, subjectResolver: email, eventNames: [x], propertyConditions: [], conditionMode: ANY}}\n"
-    ), false)
-    .await
-    .expect("theirs");
+        let their_signal = r#"
+signals:
+  - key: their-signal
+    kind: EVENT_MATCH
+    name: Theirs
+    definition: {grain: user, subjectResolver: email, eventNames: [x], propertyConditions: [], conditionMode: ANY}
+"#;
+        run(&app, &other.organization_id, their_signal, false)
+            .await
+            .expect("theirs");
         let err = run(&app, &acme.organization_id, only_theirs, false)
             .await
             .expect_err("unknown key here");
