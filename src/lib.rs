@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod agents;
 pub mod api;
+pub mod apply;
 pub mod auth;
 pub mod bench;
 pub mod bench_import;

@@ -47,6 +47,19 @@ enum Command {
         /// The JSON Lines file, or `-` for standard input.
         file: String,
     },
+    /// Declare signals, destinations and automations as code (YAML or JSON): creates what
+    /// the organization lacks, updates what differs (by `key`), prints
+    /// `{created, updated, unchanged}`; a file with errors changes nothing and exits 1.
+    Apply {
+        /// The organization to apply to.
+        #[arg(long = "org")]
+        org: String,
+        /// The YAML or JSON file, or `-` for standard input.
+        file: String,
+        /// Print the plan and change nothing (ids of items to create are null).
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Benchmarks on generated data.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -234,6 +247,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 std::process::exit(1);
             }
             Ok(())
+        }
+        Command::Apply { org, file, dry_run } => {
+            let db = open_db(&url).await?;
+            let secrets = config::load_secrets(&url)?;
+            match custintel::apply::apply_file(&db, &secrets, &org, &file, dry_run).await {
+                Ok(report) => print_json(&report),
+                Err(err) => {
+                    print_json(&err.body())?;
+                    std::process::exit(1);
+                }
+            }
         }
         Command::Bench(BenchCommand::Tools(args)) => custintel::bench::tools(args).await,
         Command::Bench(BenchCommand::Import(args)) => custintel::bench_import::run(args).await,

@@ -7,6 +7,8 @@ pub struct Model {
     pub id: String,
     pub organization_id: String,
     pub key: String,
+    /// `UI` or `CODE` (`custintel apply`).
+    pub managed_by: String,
     pub name: String,
     pub description: Option<String>,
     pub provider: String,

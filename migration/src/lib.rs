@@ -14,6 +14,7 @@ mod m20261123_010000_ingest_journal;
 mod m20261124_010000_email_normal_form;
 mod m20261124_030000_agent_runs;
 mod m20261125_010000_automation_runs;
+mod m20261125_020000_destination_managed_by;
 
 pub struct Migrator;
 
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_010000_email_normal_form::Migration),
             Box::new(m20261124_030000_agent_runs::Migration),
             Box::new(m20261125_010000_automation_runs::Migration),
+            Box::new(m20261125_020000_destination_managed_by::Migration),
         ]
     }
 }

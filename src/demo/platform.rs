@@ -264,6 +264,7 @@ pub(super) async fn seed_destinations(
             id: Set(id.clone()),
             organization_id: Set(org_id.to_string()),
             key: Set(key.to_string()),
+            managed_by: Set("UI".to_string()),
             name: Set(name.to_string()),
             description: Set(Some(description.to_string())),
             provider: Set(provider.to_string()),

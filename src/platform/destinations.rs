@@ -95,7 +95,7 @@ pub fn check_endpoint_url(url: &str) -> Result<(), String> {
 
 /// Slack incoming webhooks follow the endpoint rule too (loopback `http://` lets people test
 /// against a local receiver).
-fn check_slack_url(url: &str) -> Result<(), String> {
+pub fn check_slack_url(url: &str) -> Result<(), String> {
     check_endpoint_url(url)
         .map_err(|_| "must be an https:// Slack incoming-webhook URL".to_string())
 }
@@ -138,7 +138,7 @@ pub fn new_signing_secret() -> String {
     format!("whsec_{}", B64.encode(bytes))
 }
 
-fn hash_of(kind: &str, config: &Value) -> Option<String> {
+pub fn hash_of(kind: &str, config: &Value) -> Option<String> {
     Some(config_hash(&json!({ "kind": kind, "config": config })))
 }
 
@@ -220,6 +220,7 @@ pub async fn create(
         id: Set(uuid::Uuid::new_v4().to_string()),
         organization_id: Set(org),
         key: Set(key),
+        managed_by: Set("UI".into()),
         name: Set(body.name),
         description: Set(defined(body.description)),
         provider: Set(provider.to_string()),
@@ -252,7 +253,7 @@ pub async fn create(
     })
 }
 
-async fn clear_default<C: ConnectionTrait>(conn: &C, org: &str) -> PlatformResult<()> {
+pub async fn clear_default<C: ConnectionTrait>(conn: &C, org: &str) -> PlatformResult<()> {
     destination::Entity::update_many()
         .col_expr(
             destination::Column::IsDefault,
@@ -302,6 +303,12 @@ pub async fn update(
             ),
         ]));
     }
+    // Enabling and disabling stay platform actions; anything else belongs to the file.
+    let changes_content =
+        body.name.is_some() || !body.description.is_undefined() || body.url.is_some();
+    if changes_content {
+        refuse_code_managed(&current)?;
+    }
     let mut changed = Vec::new();
     let mut config = current.config.clone();
     let mut model = current.into_active_model();
@@ -340,6 +347,21 @@ pub async fn update(
         resources,
         audit_id,
         signing_secret: None,
+    })
+}
+
+/// 409 for a destination that `custintel apply` manages: its file owns its content.
+pub fn refuse_code_managed(current: &destination::Model) -> PlatformResult<()> {
+    if current.managed_by != "CODE" {
+        return Ok(());
+    }
+    let message = format!(
+        "destination `{}` is managed by code (custintel apply); change its file instead",
+        current.key
+    );
+    Err(PlatformError::Conflict {
+        unmet: vec![message.clone()],
+        message,
     })
 }
 

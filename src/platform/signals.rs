@@ -127,7 +127,7 @@ fn validate(body: &SignalCreate) -> PlatformResult<()> {
     issues.into_result().map_err(Into::into)
 }
 
-fn definition_json(d: &EventMatchDefinition) -> Value {
+pub fn definition_json(d: &EventMatchDefinition) -> Value {
     let conditions: Vec<Value> = d
         .property_conditions
         .iter()
@@ -236,6 +236,16 @@ pub async fn archive(
     ctx.auth.require_write()?;
     let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
+    if current.managed_by == "CODE" {
+        let message = format!(
+            "signal `{}` is managed by code (custintel apply); change its file instead",
+            current.key
+        );
+        return Err(PlatformError::Conflict {
+            unmet: vec![message.clone()],
+            message,
+        });
+    }
     let signal = if current.archived_at.is_some() {
         current
     } else {

@@ -6,6 +6,7 @@ mod helpers;
 mod receiver;
 
 mod agents_run;
+mod apply;
 mod browser;
 mod cli;
 mod cli_client;
