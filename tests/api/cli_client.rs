@@ -374,6 +374,61 @@ async fn login_integrations_and_platform_commands() {
     assert_eq!(got["result"]["data"]["automation"]["enabled"], true);
     let r = run(home, base, &[], &["automations", "disable", &id]).await;
     ok(&r);
+    // The engine's commands: a dry run for a customer, then the (empty) run history.
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let customer = entity::customer::Entity::find()
+        .filter(entity::customer::Column::OrganizationId.eq(&org.organization_id))
+        .filter(entity::customer::Column::Domain.is_not_null())
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let domain = customer.domain.unwrap();
+    let tested = json(
+        &run(
+            home,
+            base,
+            &[],
+            &[
+                "automations",
+                "test",
+                &id,
+                "--grain",
+                "customer",
+                "--key",
+                &domain,
+                "--json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(tested["commandId"], "automation.test");
+    assert_eq!(
+        tested["result"]["data"]["payload"]["type"],
+        "automation.run"
+    );
+    let r = run(
+        home,
+        base,
+        &[],
+        &[
+            "automations",
+            "test",
+            &id,
+            "--grain",
+            "customer",
+            "--key",
+            &domain,
+        ],
+    )
+    .await;
+    assert!(ok(&r).contains("payload:"), "{}", r.stdout);
+    let r = run(home, base, &[], &["automations", "test", &id]).await;
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let r = run(home, base, &[], &["automations", "runs", &id]).await;
+    assert!(ok(&r).starts_with("ID"), "{}", r.stdout);
+    let runs = json(&run(home, base, &[], &["automations", "runs", &id, "--json"]).await);
+    assert_eq!(runs["commandId"], "automation.run.list");
     let r = run(
         home,
         base,
