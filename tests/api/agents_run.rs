@@ -951,3 +951,61 @@ crate::db_test!(
         assert!(run["finishedAt"].is_string());
     }
 );
+
+llm_test!(
+    demo_automation_run_uses_the_agents_message,
+    |n: usize, body: &Value| {
+        // First a gateway read tool, then the final message destinations receive.
+        let first = body["messages"][1]["content"].as_str().unwrap_or("");
+        assert!(first.contains("automation.run"), "{first}");
+        if n == 0 {
+            (
+                200,
+                tool_calls(&[("svc_list_customers", json!({"limit": 2}))], (120, 30)),
+            )
+        } else {
+            (
+                200,
+                answer(
+                    "Export failures at a paying account: call them today.",
+                    (200, 40),
+                ),
+            )
+        }
+    },
+    |app: TestApp, fake: FakeLlm| async move {
+        let alert = crate::engine::arm_demo_churn_alert(&app).await;
+        crate::engine::custom(
+            &app,
+            &alert.org,
+            &alert.email,
+            "export_failed",
+            json!({"errorCode": "E_QUOTA"}),
+        )
+        .await;
+        let runs = crate::engine::settled_runs(&app, &alert.org, &alert.automation, 1).await;
+        assert_eq!(runs[0]["status"], "DELIVERED", "{:#}", runs[0]);
+        let message = "Export failures at a paying account: call them today.";
+        assert_eq!(runs[0]["message"], message);
+        let bodies = alert.receiver.bodies();
+        assert_eq!(bodies[0]["message"], message);
+        // The model saw a gateway tool's result.
+        let requests = fake.requests();
+        assert!(requests.len() >= 2);
+        assert!(!tool_results(&requests[1].body).is_empty());
+        // The agent's runs list shows the run, with its token counts.
+        let agent = agent(&app, &alert.org.id, "churn-watch").await;
+        let r = app
+            .get(
+                "/api/agents/{id}/runs",
+                &format!("/api/agents/{}/runs", agent.id),
+                &alert.org.key,
+            )
+            .await;
+        let listed = &r.body["result"]["data"]["runs"][0];
+        assert_eq!(listed["trigger"], "automation");
+        assert_eq!(listed["automationRunId"], runs[0]["id"]);
+        assert_eq!(listed["toolCalls"][0]["name"], "svc_list_customers");
+        assert_eq!(listed["usage"]["totalTokens"], 390);
+    }
+);

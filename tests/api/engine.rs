@@ -15,16 +15,16 @@ use serde_json::{json, Value};
 use crate::{
     db_test,
     helpers::TestApp,
-    receiver::{start_receiver, verify},
+    receiver::{start_receiver, verify, Receiver},
     snap,
 };
 
 const RUNS: &str = "/api/automations/{id}/runs";
 
-struct Org {
-    id: String,
-    key: String,
-    pk: String,
+pub struct Org {
+    pub id: String,
+    pub key: String,
+    pub pk: String,
 }
 
 async fn org(app: &TestApp, name: &str) -> Org {
@@ -140,7 +140,7 @@ async fn identify(app: &TestApp, o: &Org, email: &str, account: &str) {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }
 
-async fn custom(app: &TestApp, o: &Org, email: &str, name: &str, properties: Value) {
+pub async fn custom(app: &TestApp, o: &Org, email: &str, name: &str, properties: Value) {
     let r = app
         .ingest(
             &o.pk,
@@ -165,7 +165,7 @@ async fn runs(app: &TestApp, o: &Org, automation_id: &str) -> Vec<Value> {
 }
 
 /// Waits until every run of the automation has a resting status and there are `count`.
-async fn settled_runs(app: &TestApp, o: &Org, automation_id: &str, count: usize) -> Vec<Value> {
+pub async fn settled_runs(app: &TestApp, o: &Org, automation_id: &str, count: usize) -> Vec<Value> {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         let list = runs(app, o, automation_id).await;
@@ -195,69 +195,93 @@ async fn automation_json(app: &TestApp, o: &Org, id: &str) -> Value {
     r.body["result"]["data"]["automation"].clone()
 }
 
+/// The demo organization with its `churn-risk-alert` enabled, its webhook destination pointed at
+/// a receiver on 127.0.0.1, and the email of a user its audience admits.
+pub struct DemoAlert {
+    pub org: Org,
+    pub automation: String,
+    pub destination: String,
+    pub receiver: Receiver,
+    pub email: String,
+}
+
+pub async fn arm_demo_churn_alert(app: &TestApp) -> DemoAlert {
+    let demo = app.demo_org().await;
+    let o = Org {
+        id: demo.organization_id.clone(),
+        key: demo.api_key.clone(),
+        pk: demo.public_key.clone(),
+    };
+    let list = app
+        .get("/api/automations", "/api/automations", &o.key)
+        .await;
+    let churn = list.body["result"]["data"]["automations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == "churn-risk-alert")
+        .unwrap()
+        .clone();
+    let auto_id = churn["id"].as_str().unwrap().to_string();
+    let dest_id = churn["destinations"][0]["id"].as_str().unwrap().to_string();
+    let (url, rx) = start_receiver(&[]).await;
+    let r = app
+        .patch(
+            "/api/destinations/{id}",
+            &format!("/api/destinations/{dest_id}"),
+            &o.key,
+            json!({"type": "WEBHOOK_ENDPOINT", "url": format!("{url}/crm")}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .post(
+            "/api/automations/{id}/enable",
+            &format!("/api/automations/{auto_id}/enable"),
+            &o.key,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // A user of a paying account above the audience's MRR floor.
+    let paying: Vec<String> = customer::Entity::find()
+        .filter(customer::Column::OrganizationId.eq(&o.id))
+        .filter(customer::Column::BillingStatus.eq("PAYING"))
+        .filter(customer::Column::MrrCents.gte(49_900))
+        .all(&app.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let mut users = user::Entity::find()
+        .filter(user::Column::OrganizationId.eq(&o.id))
+        .filter(user::Column::CustomerId.is_in(paying))
+        .filter(user::Column::Email.is_not_null())
+        .all(&app.db)
+        .await
+        .unwrap();
+    users.sort_by(|a, b| a.email.cmp(&b.email));
+    DemoAlert {
+        email: users[0].email.clone().unwrap(),
+        org: o,
+        automation: auto_id,
+        destination: dest_id,
+        receiver: rx,
+    }
+}
+
 db_test!(
     demo_automation_delivers_a_signed_run,
     |app: TestApp| async move {
         // The "done when", as a user would do it on the demo organization.
-        let demo = app.demo_org().await;
-        let o = Org {
-            id: demo.organization_id.clone(),
-            key: demo.api_key.clone(),
-            pk: demo.public_key.clone(),
-        };
-        let list = app
-            .get("/api/automations", "/api/automations", &o.key)
-            .await;
-        let churn = list.body["result"]["data"]["automations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["key"] == "churn-risk-alert")
-            .unwrap()
-            .clone();
-        let auto_id = churn["id"].as_str().unwrap().to_string();
-        let dest_id = churn["destinations"][0]["id"].as_str().unwrap().to_string();
-        let (url, rx) = start_receiver(&[]).await;
-        let r = app
-            .patch(
-                "/api/destinations/{id}",
-                &format!("/api/destinations/{dest_id}"),
-                &o.key,
-                json!({"type": "WEBHOOK_ENDPOINT", "url": format!("{url}/crm")}),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-        let r = app
-            .post(
-                "/api/automations/{id}/enable",
-                &format!("/api/automations/{auto_id}/enable"),
-                &o.key,
-                None,
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-
-        // A user of a paying account above the audience's MRR floor.
-        let paying: Vec<String> = customer::Entity::find()
-            .filter(customer::Column::OrganizationId.eq(&o.id))
-            .filter(customer::Column::BillingStatus.eq("PAYING"))
-            .filter(customer::Column::MrrCents.gte(49_900))
-            .all(&app.db)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|c| c.id)
-            .collect();
-        let mut users = user::Entity::find()
-            .filter(user::Column::OrganizationId.eq(&o.id))
-            .filter(user::Column::CustomerId.is_in(paying))
-            .filter(user::Column::Email.is_not_null())
-            .all(&app.db)
-            .await
-            .unwrap();
-        users.sort_by(|a, b| a.email.cmp(&b.email));
-        let email = users[0].email.clone().unwrap();
-
+        let DemoAlert {
+            org: o,
+            automation: auto_id,
+            destination: dest_id,
+            receiver: rx,
+            email,
+        } = arm_demo_churn_alert(&app).await;
         let sent = std::time::Instant::now();
         custom(
             &app,
