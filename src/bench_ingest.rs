@@ -164,7 +164,7 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -172,28 +172,31 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0
 }
 
-struct LoadResult {
-    events_per_sec: f64,
-    requests: u64,
-    failures: u64,
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
+pub(crate) struct LoadResult {
+    pub(crate) events_per_sec: f64,
+    pub(crate) requests: u64,
+    pub(crate) failures: u64,
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
+    pub(crate) max: Duration,
 }
 
 /// Temporary SQLite database, migrated, with the service's connection settings.
-async fn temp_db(dir: &std::path::Path, name: &str) -> anyhow::Result<sea_orm::DatabaseConnection> {
+pub(crate) async fn temp_db(
+    dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<sea_orm::DatabaseConnection> {
     let url = format!("sqlite://{}/{name}?mode=rwc", dir.display());
     let conn = db::connect(&url, None).await?;
     db::migrate(&conn).await?;
     Ok(conn)
 }
 
-async fn create_org(
+pub(crate) async fn create_org(
     conn: &sea_orm::DatabaseConnection,
     name: &str,
     rate_limit: i32,
@@ -273,12 +276,18 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
 
 /// Drives the endpoints (requests spread over `urls` in turn): closed loop with `concurrency`
 /// clients, or open loop at `rate` requests per second when given.
-async fn drive(
+/// The request body of request number `n` (sent to `urls[n % urls.len()]`).
+pub(crate) type BodyFn = Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>;
+
+/// Sends batches for `seconds`: closed loop with `concurrency` requests in flight, or open loop
+/// at `rate` requests per second.
+pub(crate) async fn drive(
     urls: &[String],
     seconds: u64,
     concurrency: usize,
     rate: Option<f64>,
     seq: Arc<AtomicU64>,
+    body: BodyFn,
 ) -> LoadResult {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency * 2)
@@ -292,7 +301,7 @@ async fn drive(
     let start = Instant::now();
     let deadline = start + Duration::from_secs(seconds);
     let one = {
-        let (client, urls, seq) = (client.clone(), urls.clone(), seq.clone());
+        let (client, urls, seq, make) = (client.clone(), urls.clone(), seq.clone(), body.clone());
         let (latencies, accepted, failures, requests) = (
             latencies.clone(),
             accepted.clone(),
@@ -300,7 +309,8 @@ async fn drive(
             requests.clone(),
         );
         move || {
-            let (client, urls, seq) = (client.clone(), urls.clone(), seq.clone());
+            let (client, urls, seq, make) =
+                (client.clone(), urls.clone(), seq.clone(), make.clone());
             let (latencies, accepted, failures, requests) = (
                 latencies.clone(),
                 accepted.clone(),
@@ -310,7 +320,7 @@ async fn drive(
             async move {
                 let n = seq.fetch_add(1, Ordering::Relaxed);
                 let url = &urls[n as usize % urls.len()];
-                let body = batch_bytes(n);
+                let body = make(n);
                 let t = Instant::now();
                 let result = client
                     .post(url)
@@ -380,7 +390,7 @@ async fn drive(
     }
 }
 
-fn print_load(label: &str, r: &LoadResult) {
+pub(crate) fn print_load(label: &str, r: &LoadResult) {
     println!(
         "{label}: {:.0} events/s acknowledged, {} requests, {} failed, latency p50 {} ms, p99 {} ms, max {} ms",
         r.events_per_sec,
@@ -394,7 +404,7 @@ fn print_load(label: &str, r: &LoadResult) {
 
 /// Waits until the journal is empty and the applier has counted what it applied; answers how
 /// long that took.
-async fn drain(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<Duration> {
+pub(crate) async fn drain(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<Duration> {
     let t = Instant::now();
     loop {
         let counters = stats::stats();
@@ -458,7 +468,7 @@ async fn open(
 }
 
 /// Starts a serving instance on its own connection pool; answers its address.
-async fn start_instance(
+pub(crate) async fn start_instance(
     options: &BenchOptions,
     conn: sea_orm::DatabaseConnection,
     schema: Option<&str>,
@@ -564,7 +574,15 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
 
     let seq = Arc::new(AtomicU64::new(0));
     // Warm-up: connections, caches, the writer task.
-    let _ = drive(&urls, 1, options.concurrency, None, seq.clone()).await;
+    let _ = drive(
+        &urls,
+        1,
+        options.concurrency,
+        None,
+        seq.clone(),
+        Arc::new(batch_bytes),
+    )
+    .await;
     drain(&conn).await?;
 
     // 1. Peak: closed loop, as many acknowledged events as the service takes.
@@ -575,6 +593,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         options.concurrency,
         None,
         seq.clone(),
+        Arc::new(batch_bytes),
     )
     .await;
     let applied_during = applied_total() - applied_before;
@@ -598,6 +617,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         options.concurrency,
         None,
         seq.clone(),
+        Arc::new(batch_bytes),
     )
     .await;
     crate::ingest::applier::set_paused(false);
@@ -627,6 +647,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         options.concurrency,
         Some(500.0),
         seq.clone(),
+        Arc::new(batch_bytes),
     )
     .await;
     let offered_secs = t.elapsed().as_secs_f64();
@@ -654,6 +675,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         options.concurrency,
         Some(100.0),
         seq.clone(),
+        Arc::new(batch_bytes),
     )
     .await;
     drain(&conn).await?;

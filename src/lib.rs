@@ -9,6 +9,7 @@ pub mod api;
 pub mod apply;
 pub mod auth;
 pub mod bench;
+pub mod bench_automations;
 pub mod bench_import;
 pub mod bench_ingest;
 pub mod bench_sqlite_floor;

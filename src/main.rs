@@ -92,6 +92,10 @@ enum BenchCommand {
     /// sources, 50,000 facts by default) while a serving instance on the same SQLite file
     /// answers ingest and platform writes: lines/s, and the server's 5xx and latencies.
     Import(custintel::bench_import::ImportBenchArgs),
+    /// The automation engine under ingest load (50 organizations x 20 signals and 10
+    /// automations with a webhook destination by default): ingest's peak with and without the
+    /// automations, and acknowledgement-to-delivery latency at 10,000 events/s with 5% matching.
+    Automations(custintel::bench_automations::AutomationsBenchArgs),
     /// How fast SQLite alone takes rows into the events table on this machine (no HTTP, no
     /// identity effects), with and without the messageId dedup index.
     SqliteFloor {
@@ -261,6 +265,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Tools(args)) => custintel::bench::tools(args).await,
         Command::Bench(BenchCommand::Import(args)) => custintel::bench_import::run(args).await,
+        Command::Bench(BenchCommand::Automations(args)) => {
+            custintel::bench_automations::run(args).await
+        }
         Command::Bench(BenchCommand::SqliteFloor {
             rows,
             rows_per_commit,
