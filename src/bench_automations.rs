@@ -14,9 +14,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entity::{
-    automation, automation_destination, automation_run, automation_signal, destination, signal,
-};
+use entity::{automation, automation_run, destination, signal};
 use poem::{handler, listener::TcpListener, web::Data, EndpointExt, Route, Server};
 use sea_orm::{
     sea_query::Expr, ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, Set,
@@ -26,7 +24,7 @@ use serde_json::{json, Value};
 use crate::{
     bench_ingest::{self, BenchOptions, BodyFn},
     crypto::SecretBox,
-    platform::config_hash,
+    platform::{automations::link, config_hash, destinations::new_signing_secret},
 };
 
 /// Options of a run.
@@ -136,7 +134,7 @@ async fn seed(
         signal_ids.push(id);
     }
     let dest_id = new_id();
-    let secret = format!("whsec_{}", base64_secret());
+    let secret = new_signing_secret();
     destination::Entity::insert(destination::ActiveModel {
         id: Set(dest_id.clone()),
         organization_id: Set(org.to_string()),
@@ -190,29 +188,17 @@ async fn seed(
         .exec_without_returning(db)
         .await?;
         // Signals are dealt to automations in turn, so every signal starts some automation.
-        for (k, sid) in signal_ids.iter().enumerate() {
-            if k % args.automations.max(1) == a {
-                automation_signal::Entity::insert(automation_signal::ActiveModel {
-                    automation_id: Set(id.clone()),
-                    signal_id: Set(sid.clone()),
-                })
-                .exec_without_returning(db)
-                .await?;
-            }
-        }
-        automation_destination::Entity::insert(automation_destination::ActiveModel {
-            automation_id: Set(id.clone()),
-            destination_id: Set(dest_id.clone()),
-        })
-        .exec_without_returning(db)
-        .await?;
+        let dealt: Vec<String> = signal_ids
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| k % args.automations.max(1) == a)
+            .map(|(_, sid)| sid.clone())
+            .collect();
+        link(db, &id, &dealt, std::slice::from_ref(&dest_id))
+            .await
+            .map_err(|e| anyhow::anyhow!("linking: {e}"))?;
     }
     Ok(())
-}
-
-fn base64_secret() -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 24]>())
 }
 
 /// Request `n`'s body: one user (new for every request, so runs are not deduplicated away) of

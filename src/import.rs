@@ -183,13 +183,7 @@ const BILLING_STATUSES: [&str; 4] = [
     BillingStatus::Churned.as_str(),
     BillingStatus::None.as_str(),
 ];
-const STAGES: [&str; 5] = [
-    "discovered",
-    "signed_up",
-    "activated",
-    "engaged",
-    "inactive",
-];
+use entity::user::STAGES;
 const ROLES: [&str; 4] = ["CSM", "MANAGER", "ACCOUNT_OWNER", "ADMIN"];
 const FACT_STATUSES: [&str; 3] = ["ACTIVE", "SUPERSEDED", "RETRACTED"];
 

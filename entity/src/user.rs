@@ -21,3 +21,12 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+/// Journey stages a user can be in, in the order identity and product use raise them.
+pub const STAGES: [&str; 5] = [
+    "discovered",
+    "signed_up",
+    "activated",
+    "engaged",
+    "inactive",
+];

@@ -320,13 +320,7 @@ pub struct Audience {
     pub inactive_for: Option<Duration>,
 }
 
-const STAGES: [&str; 5] = [
-    "discovered",
-    "signed_up",
-    "activated",
-    "engaged",
-    "inactive",
-];
+use entity::user::STAGES;
 
 fn string_list(
     obj: &Map<String, Value>,

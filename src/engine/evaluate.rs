@@ -14,7 +14,6 @@ use std::{
     sync::{Arc, Mutex, OnceLock},
 };
 
-use chrono::{DateTime, Utc};
 use entity::{automation, automation_run, automation_signal, customer, signal, signal_hit, user};
 use sea_orm::{
     sea_query::OnConflict, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
@@ -28,23 +27,8 @@ use super::{
 };
 use crate::types::Timestamp;
 
-/// An applied event as evaluation sees it (its resolved user and customer included).
-#[derive(Debug, Clone)]
-pub struct AppliedEvent {
-    pub id: String,
-    pub organization_id: String,
-    pub message_id: Option<String>,
-    pub event_type: String,
-    pub event_name: Option<String>,
-    pub visitor_id: Option<String>,
-    pub user_id: Option<String>,
-    pub customer_id: Option<String>,
-    pub url: String,
-    pub path: String,
-    pub occurred_at: DateTime<Utc>,
-    pub received_at: DateTime<Utc>,
-    pub data: Value,
-}
+/// An applied event as evaluation sees it: its stored row, with its resolved user and customer.
+pub use crate::ingest::store::EventRow as AppliedEvent;
 
 impl AppliedEvent {
     /// The name signals match: a custom event's `eventName`, else `$` and its type.

@@ -170,21 +170,7 @@ pub async fn test(
     let (subject, events, occurred) = match input {
         TestInput::Event(event_id) => {
             let row = find_event(db, org, &event_id).await?;
-            let applied = AppliedEvent {
-                id: row.id,
-                organization_id: row.organization_id,
-                message_id: row.message_id,
-                event_type: row.event_type,
-                event_name: row.event_name,
-                visitor_id: row.visitor_id,
-                user_id: row.user_id,
-                customer_id: row.customer_id,
-                url: row.url,
-                path: row.path,
-                occurred_at: row.occurred_at,
-                received_at: row.received_at,
-                data: row.data,
-            };
+            let applied = AppliedEvent::from(row);
             let ids = Identities::load(db, std::slice::from_ref(&applied)).await?;
             let view_json = applied.match_view();
             let mut subject: Option<Subject> = None;

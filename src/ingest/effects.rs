@@ -96,31 +96,13 @@ pub async fn write_batches<C: ConnectionTrait>(
             .rows
             .iter()
             .filter(|r| rules.wants(&r.organization_id, &r.event_type, r.event_name.as_deref()))
-            .map(applied_event)
+            .cloned()
             .collect()
     };
     let rows = std::mem::take(&mut group.rows);
     store::insert_events(conn, rows).await?;
     flush(conn, group).await?;
     engine::evaluate::evaluate(conn, &rules, &candidates).await
-}
-
-fn applied_event(r: &EventRow) -> AppliedEvent {
-    AppliedEvent {
-        id: r.id.clone(),
-        organization_id: r.organization_id.clone(),
-        message_id: r.message_id.clone(),
-        event_type: r.event_type.clone(),
-        event_name: r.event_name.clone(),
-        visitor_id: r.visitor_id.clone(),
-        user_id: r.user_id.clone(),
-        customer_id: r.customer_id.clone(),
-        url: r.url.clone(),
-        path: r.path.clone(),
-        occurred_at: r.occurred_at,
-        received_at: r.received_at,
-        data: r.data.clone(),
-    }
 }
 
 /// Keys per `IN (...)` lookup: well under every backend's bound-parameter limit.

@@ -29,6 +29,26 @@ pub struct EventRow {
     pub data: Value,
 }
 
+impl From<event::Model> for EventRow {
+    fn from(m: event::Model) -> Self {
+        Self {
+            id: m.id,
+            organization_id: m.organization_id,
+            message_id: m.message_id,
+            event_type: m.event_type,
+            event_name: m.event_name,
+            visitor_id: m.visitor_id,
+            user_id: m.user_id,
+            customer_id: m.customer_id,
+            url: m.url,
+            path: m.path,
+            occurred_at: m.occurred_at,
+            received_at: m.received_at,
+            data: m.data,
+        }
+    }
+}
+
 /// A new event id: a UUID whose leading bits are the current Unix time in milliseconds
 /// (version 7 layout), so new rows land at the end of the primary-key index instead of on a
 /// random page of it; the other 74 bits are random.
