@@ -72,15 +72,14 @@ pub struct RunDelivery {
     pub attempts: Vec<DeliveryAttempt>,
 }
 
-/// One run of an automation.
+/// One run of an automation. Its `status` walks `PENDING` -> `RUNNING_PROCESSOR` ->
+/// `READY_FOR_DELIVERY` -> `DELIVERED`, `PARTIAL_FAILURE` or `FAILED` (`PENDING_DELIVERY` while
+/// deliveries are retried in the background); `SKIPPED` with `skipReason`.
 #[derive(Debug, Object)]
 #[oai(rename_all = "camelCase")]
 pub struct AutomationRun {
     pub id: String,
     pub automation_id: String,
-    /// `PENDING` -> `RUNNING_PROCESSOR` -> `READY_FOR_DELIVERY` -> `DELIVERED`,
-    /// `PARTIAL_FAILURE` or `FAILED` (`PENDING_DELIVERY` while deliveries are retried); `SKIPPED`
-    /// with `skipReason`.
     pub status: RunStatus,
     pub triggered_at: Timestamp,
     pub started_at: Nullable<Timestamp>,

@@ -417,7 +417,7 @@ async fn try_process(state: &AppState, run: &automation_run::Model) -> anyhow::R
         },
     )
     .await?;
-    tracing::info!(
+    tracing::debug!(
         run = %run.id,
         automation = %automation.key,
         status = to,

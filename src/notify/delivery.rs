@@ -5,7 +5,10 @@
 use std::{sync::OnceLock, time::Duration};
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, DatabaseConnection, IntoActiveModel, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    Set,
+};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -252,21 +255,19 @@ pub fn attempt_entry(at: DateTime<Utc>, attempt: &Attempt) -> Value {
     json!({ "at": Timestamp::format(&at), "httpStatus": http, "error": error })
 }
 
-async fn deliver_one(
-    db: &DatabaseConnection,
-    secrets: &SecretBox,
+/// A delivery row recorded before its first attempt, so a crash mid-call leaves a record the
+/// worker retries; leased by the caller while it makes its attempts.
+pub fn pending_row(
     organization_id: &str,
-    dest: destination::Model,
+    destination_id: &str,
     body: &Value,
     automation_run_id: Option<&str>,
-) -> Result<Delivery, sea_orm::DbErr> {
+) -> notification_delivery::ActiveModel {
     let now = Utc::now();
-    let id = uuid::Uuid::new_v4().to_string();
-    // The row exists before the first attempt, so a crash mid-call leaves a record to retry.
-    let row = notification_delivery::ActiveModel {
-        id: Set(id.clone()),
+    notification_delivery::ActiveModel {
+        id: Set(uuid::Uuid::new_v4().to_string()),
         organization_id: Set(organization_id.to_string()),
-        destination_id: Set(dest.id.clone()),
+        destination_id: Set(destination_id.to_string()),
         payload: Set(body.clone()),
         status: Set(DeliveryStatus::Retrying.as_str().to_string()),
         attempts: Set(0),
@@ -275,17 +276,46 @@ async fn deliver_one(
         next_attempt_at: Set(Some(
             now + background_backoff(INLINE_BACKOFF.len() as i32 + 1),
         )),
-        // Leased by this call while it makes its attempts, so the worker leaves it alone.
         lease_until: Set(Some(now + chrono::Duration::seconds(120))),
         created_at: Set(now),
         updated_at: Set(now),
         automation_run_id: Set(automation_run_id.map(str::to_string)),
         attempt_log: Set(Some(json!([]))),
     }
-    .insert(db)
-    .await?;
+}
 
-    let message_id = format!("msg_{}", id.replace('-', ""));
+/// What the attempts made during a call came to.
+#[derive(Debug, Clone)]
+pub struct Attempted {
+    pub delivery_id: String,
+    pub destination_id: String,
+    pub status: DeliveryStatus,
+    pub attempts: i32,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub log: Vec<Value>,
+}
+
+impl Attempted {
+    pub fn delivery(&self) -> Delivery {
+        Delivery {
+            destination_id: self.destination_id.clone(),
+            status: self.status,
+            attempts: self.attempts,
+            http_status: self.http_status,
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// Up to four attempts now (0.5 s, 1 s, 2 s apart) while the answer is worth retrying.
+pub async fn attempt_with_retries(
+    secrets: &SecretBox,
+    delivery_id: &str,
+    dest: &destination::Model,
+    body: &Value,
+) -> Attempted {
+    let message_id = format!("msg_{}", delivery_id.replace('-', ""));
     let mut attempts = 0;
     let mut log = Vec::new();
     let mut last = Attempt::Retryable {
@@ -298,36 +328,87 @@ async fn deliver_one(
         }
         attempts += 1;
         let at = Utc::now();
-        last = attempt_once(secrets, &dest, &message_id, body).await;
+        last = attempt_once(secrets, dest, &message_id, body).await;
         log.push(attempt_entry(at, &last));
         if !matches!(last, Attempt::Retryable { .. }) {
             break;
         }
     }
-    let (status, http, error) = match last {
+    let (status, http_status, error) = match last {
         Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None),
         Attempt::Retryable { http, error } => (DeliveryStatus::Retrying, http, Some(error)),
         Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error)),
     };
-    let done = Utc::now();
-    let mut model = row.into_active_model();
-    model.status = Set(status.as_str().to_string());
-    model.attempts = Set(attempts);
-    model.http_status = Set(http.map(i32::from));
-    model.error = Set(error.clone());
-    model.next_attempt_at = Set(match status {
-        DeliveryStatus::Retrying => Some(done + background_backoff(attempts)),
-        _ => None,
-    });
-    model.lease_until = Set(None);
-    model.attempt_log = Set(Some(Value::Array(log)));
-    model.updated_at = Set(done);
-    model.update(db).await?;
-    Ok(Delivery {
-        destination_id: dest.id,
+    Attempted {
+        delivery_id: delivery_id.to_string(),
+        destination_id: dest.id.clone(),
         status,
         attempts,
-        http_status: http,
+        http_status,
         error,
-    })
+        log,
+    }
+}
+
+/// Stores what the attempts came to; a delivery still failing is left to the worker.
+pub async fn record_attempts<C: ConnectionTrait>(
+    conn: &C,
+    done: &Attempted,
+) -> Result<(), sea_orm::DbErr> {
+    use sea_orm::sea_query::Expr;
+    let now = Utc::now();
+    let next = match done.status {
+        DeliveryStatus::Retrying => Some(now + background_backoff(done.attempts)),
+        _ => None,
+    };
+    notification_delivery::Entity::update_many()
+        .col_expr(
+            notification_delivery::Column::Status,
+            Expr::value(done.status.as_str()),
+        )
+        .col_expr(
+            notification_delivery::Column::Attempts,
+            Expr::value(done.attempts),
+        )
+        .col_expr(
+            notification_delivery::Column::HttpStatus,
+            Expr::value(done.http_status.map(i32::from)),
+        )
+        .col_expr(
+            notification_delivery::Column::Error,
+            Expr::value(done.error.clone()),
+        )
+        .col_expr(
+            notification_delivery::Column::NextAttemptAt,
+            Expr::value(next),
+        )
+        .col_expr(
+            notification_delivery::Column::LeaseUntil,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(
+            notification_delivery::Column::AttemptLog,
+            Expr::value(Value::Array(done.log.clone())),
+        )
+        .col_expr(notification_delivery::Column::UpdatedAt, Expr::value(now))
+        .filter(notification_delivery::Column::Id.eq(done.delivery_id.as_str()))
+        .exec(conn)
+        .await?;
+    Ok(())
+}
+
+async fn deliver_one(
+    db: &DatabaseConnection,
+    secrets: &SecretBox,
+    organization_id: &str,
+    dest: destination::Model,
+    body: &Value,
+    automation_run_id: Option<&str>,
+) -> Result<Delivery, sea_orm::DbErr> {
+    let row = pending_row(organization_id, &dest.id, body, automation_run_id)
+        .insert(db)
+        .await?;
+    let done = attempt_with_retries(secrets, &row.id, &dest, body).await;
+    record_attempts(db, &done).await?;
+    Ok(done.delivery())
 }
