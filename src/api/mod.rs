@@ -18,7 +18,7 @@ use poem_openapi::{OpenApiService, Tags};
 use crate::{
     auth::{authenticate, AuthContext},
     envelope::{ActionResponse, CommandData, ResourceRef},
-    platform::{ActionContext, PlatformError, PlatformResult},
+    platform::{ActionContext, Change, PlatformError, PlatformResult},
 };
 
 pub use crate::state::AppState;
@@ -71,6 +71,15 @@ pub fn reply<T: CommandData>(result: PlatformResult<Outcome<T>>) -> ActionRespon
         Ok((data, resources, audit_id)) => ActionResponse::ok(data, resources, audit_id, vec![]),
         Err(e) => e.into(),
     }
+}
+
+/// Wraps a write action's change in the command envelope, its `data` made from the changed
+/// resource, or maps its error.
+pub fn reply_change<V, T: CommandData>(
+    result: PlatformResult<Change<V>>,
+    data: impl FnOnce(V) -> T,
+) -> ActionResponse<T> {
+    reply(result.map(|c| (data(c.view), c.resources, Some(c.audit_id))))
 }
 
 /// The caller of a platform action, or the response that refuses it.
