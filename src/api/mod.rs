@@ -6,6 +6,7 @@ pub mod automation_runs;
 pub mod automations;
 pub mod connect_page;
 pub mod destinations;
+pub mod errors;
 pub mod ingest;
 pub mod integrations;
 pub mod keys;
@@ -65,7 +66,8 @@ pub enum ApiTags {
 /// A platform action's outcome: its data, the resources it touched, its audit row.
 pub type Outcome<T> = (T, Vec<ResourceRef>, Option<String>);
 
-/// Wraps a platform action's outcome in the command envelope, or maps its error.
+/// Wraps a platform action's outcome in the command envelope, or maps its error
+/// ([`errors`]).
 pub fn reply<T: CommandData>(result: PlatformResult<Outcome<T>>) -> ActionResponse<T> {
     match result {
         Ok((data, resources, audit_id)) => ActionResponse::ok(data, resources, audit_id, vec![]),

@@ -27,7 +27,7 @@ use crate::{
         capabilities, connections, providers, sessions, setup, IntegrationError, IntegrationResult,
         Provider,
     },
-    request::{JsonBody, ValidationIssue},
+    request::JsonBody,
     types::{ts_opt, Nullable, Timestamp},
 };
 
