@@ -12,8 +12,8 @@ use sea_orm::{
 
 use serde_json::{Map, Value};
 
-use super::identity::{merge_traits, resolve_customer};
-use crate::ingest::{model::BillingEventStatus, validate::CustomerRef};
+use super::identity::{customer_by_external_id, merge_traits};
+use crate::ingest::model::BillingEventStatus;
 
 /// Sets an account's billing status (creating the account when unseen) and records the
 /// change in its billing history; answers the account's id.
@@ -51,16 +51,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         Some(row) => row,
         None => {
             let external_id = customer_id.or(stripe_customer_id).unwrap_or_default();
-            let id = resolve_customer(
-                conn,
-                org,
-                &CustomerRef {
-                    external_id: external_id.to_string(),
-                    traits: Map::new(),
-                },
-                now,
-            )
-            .await?;
+            let id = customer_by_external_id(conn, org, external_id, Map::new(), now).await?;
             customer::Entity::find_by_id(id.clone())
                 .one(conn)
                 .await?

@@ -130,16 +130,7 @@ pub(super) async fn identify<C: ConnectionTrait>(
     let now = batch.received_at;
     let customer = match customer_id {
         Some(external_id) => Some(
-            resolve_customer(
-                conn,
-                org,
-                &CustomerRef {
-                    external_id: external_id.clone(),
-                    traits: customer_traits.clone(),
-                },
-                now,
-            )
-            .await?,
+            customer_by_external_id(conn, org, external_id, customer_traits.clone(), now).await?,
         ),
         None => None,
     };
@@ -198,18 +189,7 @@ pub(super) async fn attribute<C: ConnectionTrait>(
     let org = batch.organization_id.as_str();
     let now = batch.received_at;
     if let Some(external_id) = customer_id {
-        to.customer = Some(
-            resolve_customer(
-                conn,
-                org,
-                &CustomerRef {
-                    external_id: external_id.clone(),
-                    traits: Map::new(),
-                },
-                now,
-            )
-            .await?,
-        );
+        to.customer = Some(customer_by_external_id(conn, org, external_id, Map::new(), now).await?);
     }
     if email.is_some() || user_id.is_some() {
         let found = resolve_user(
@@ -407,6 +387,21 @@ async fn resolve_user<C: ConnectionTrait>(
             })
         }
     }
+}
+
+/// [`resolve_customer`] for an account named by its `externalId` alone.
+pub(super) async fn customer_by_external_id<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    external_id: &str,
+    traits: Map<String, Value>,
+    now: DateTime<Utc>,
+) -> Result<String, DbErr> {
+    let who = CustomerRef {
+        external_id: external_id.to_string(),
+        traits,
+    };
+    resolve_customer(conn, org, &who, now).await
 }
 
 /// Finds the account by `externalId`, creating it when unseen; `name` and `domain` traits

@@ -30,6 +30,28 @@ fn keys_by_org<'a>(
         .collect()
 }
 
+/// The rows of entity `E` in organization `org` whose `key` column is one of `keys`, one
+/// query per chunk of keys.
+async fn find_in_chunks<E: EntityTrait, C: ConnectionTrait>(
+    conn: &C,
+    org_column: E::Column,
+    org: &str,
+    key_column: E::Column,
+    keys: &[&str],
+) -> Result<Vec<E::Model>, DbErr> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(LOOKUP_CHUNK) {
+        rows.extend(
+            E::find()
+                .filter(org_column.eq(org))
+                .filter(key_column.is_in(chunk.iter().copied()))
+                .all(conn)
+                .await?,
+        );
+    }
+    Ok(rows)
+}
+
 /// Loads every visitor the group's batches name (their `visitorId`s and attributed
 /// fingerprints) with one query per organization and chunk, instead of one per batch.
 pub(super) async fn preload_visitors<C: ConnectionTrait>(
@@ -52,18 +74,15 @@ pub(super) async fn preload_visitors<C: ConnectionTrait>(
         }
     });
     for (org, ids) in by_org {
-        for chunk in ids.chunks(LOOKUP_CHUNK) {
-            let rows = visitor::Entity::find()
-                .filter(visitor::Column::OrganizationId.eq(org))
-                .filter(visitor::Column::VisitorId.is_in(chunk.iter().copied()))
-                .all(conn)
-                .await?;
-            for row in rows {
-                let key = (row.organization_id.clone(), row.visitor_id.clone());
-                group
-                    .visitors
-                    .insert(key, VisitorState { row, dirty: false });
-            }
+        use visitor::Column as V;
+        for row in
+            find_in_chunks::<visitor::Entity, _>(conn, V::OrganizationId, org, V::VisitorId, &ids)
+                .await?
+        {
+            let key = (row.organization_id.clone(), row.visitor_id.clone());
+            group
+                .visitors
+                .insert(key, VisitorState { row, dirty: false });
         }
     }
     Ok(())
@@ -83,23 +102,25 @@ pub(super) async fn preload_sessions<C: ConnectionTrait>(
         }
     });
     for (org, ids) in by_org {
-        for chunk in ids.chunks(LOOKUP_CHUNK) {
-            let rows = engagement_session::Entity::find()
-                .filter(engagement_session::Column::OrganizationId.eq(org))
-                .filter(engagement_session::Column::SessionId.is_in(chunk.iter().copied()))
-                .all(conn)
-                .await?;
-            for row in rows {
-                let key = (row.organization_id.clone(), row.session_id.clone());
-                let newer = group
+        use engagement_session::Column as S;
+        for row in find_in_chunks::<engagement_session::Entity, _>(
+            conn,
+            S::OrganizationId,
+            org,
+            S::SessionId,
+            &ids,
+        )
+        .await?
+        {
+            let key = (row.organization_id.clone(), row.session_id.clone());
+            let newer = group
+                .sessions
+                .get(&key)
+                .is_none_or(|s| row.last_seen_at > s.row.last_seen_at);
+            if newer {
+                group
                     .sessions
-                    .get(&key)
-                    .is_none_or(|s| row.last_seen_at > s.row.last_seen_at);
-                if newer {
-                    group
-                        .sessions
-                        .insert(key, SessionState { row, dirty: false });
-                }
+                    .insert(key, SessionState { row, dirty: false });
             }
         }
     }

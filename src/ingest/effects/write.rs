@@ -21,16 +21,15 @@ pub(super) async fn flush<C: ConnectionTrait>(conn: &C, group: Group) -> Result<
         .filter(|s| s.dirty)
         .map(|s| s.row.into_active_model().reset_all())
         .collect();
-    for chunk in visitors.chunks(UPSERT_CHUNK) {
+    {
         use visitor::Column as V;
-        visitor::Entity::insert_many(chunk.to_vec())
-            .on_conflict(
-                OnConflict::column(V::Id)
-                    .update_columns([V::UserId, V::CustomerId, V::FirstSeenAt, V::LastSeenAt])
-                    .to_owned(),
-            )
-            .exec_without_returning(conn)
-            .await?;
+        upsert::<visitor::Entity, _, _>(
+            conn,
+            visitors,
+            V::Id,
+            [V::UserId, V::CustomerId, V::FirstSeenAt, V::LastSeenAt],
+        )
+        .await?;
     }
     let sessions: Vec<engagement_session::ActiveModel> = group
         .sessions
@@ -39,22 +38,21 @@ pub(super) async fn flush<C: ConnectionTrait>(conn: &C, group: Group) -> Result<
         .filter(|s| s.dirty)
         .map(|s| s.row.into_active_model().reset_all())
         .collect();
-    for chunk in sessions.chunks(UPSERT_CHUNK) {
+    {
         use engagement_session::Column as S;
-        engagement_session::Entity::insert_many(chunk.to_vec())
-            .on_conflict(
-                OnConflict::column(S::Id)
-                    .update_columns([
-                        S::VisitorId,
-                        S::ActiveTimeMs,
-                        S::TotalTimeMs,
-                        S::StartedAt,
-                        S::LastSeenAt,
-                    ])
-                    .to_owned(),
-            )
-            .exec_without_returning(conn)
-            .await?;
+        upsert::<engagement_session::Entity, _, _>(
+            conn,
+            sessions,
+            S::Id,
+            [
+                S::VisitorId,
+                S::ActiveTimeMs,
+                S::TotalTimeMs,
+                S::StartedAt,
+                S::LastSeenAt,
+            ],
+        )
+        .await?;
     }
     advance_activity::<user::Entity, _>(
         conn,
@@ -70,6 +68,32 @@ pub(super) async fn flush<C: ConnectionTrait>(conn: &C, group: Group) -> Result<
         group.customer_activity,
     )
     .await
+}
+
+/// Inserts `rows`, or updates `update` of those whose `id` is stored, one multi-row statement
+/// per chunk.
+async fn upsert<E, A, C>(
+    conn: &C,
+    rows: Vec<A>,
+    id: E::Column,
+    update: impl IntoIterator<Item = E::Column> + Clone,
+) -> Result<(), DbErr>
+where
+    E: EntityTrait,
+    A: ActiveModelTrait<Entity = E> + Clone,
+    C: ConnectionTrait,
+{
+    for chunk in rows.chunks(UPSERT_CHUNK) {
+        E::insert_many(chunk.to_vec())
+            .on_conflict(
+                OnConflict::column(id)
+                    .update_columns(update.clone())
+                    .to_owned(),
+            )
+            .exec_without_returning(conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Moves each row's last activity forward to its new time (never back), one CASE UPDATE per
