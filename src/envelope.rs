@@ -1,4 +1,5 @@
-//! The command envelope of platform actions and the error bodies, in one place.
+//! The command envelope of platform actions and the error bodies, in one place; which domain
+//! error answers which of them is decided in [`crate::api::errors`].
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,6 @@ use serde_json::Value;
 
 use crate::{
     correlation,
-    platform::PlatformError,
     request::{RequestValidationError, ValidationIssue},
 };
 
@@ -166,35 +166,6 @@ pub enum ActionResponse<T: CommandData> {
     Unavailable(Json<ErrorEnvelope>),
 }
 
-fn error_envelope<T: CommandData>(
-    code: ErrorCode,
-    message: String,
-    retryable: bool,
-    details: Option<BTreeMap<String, Value>>,
-) -> Json<ErrorEnvelope> {
-    Json(ErrorEnvelope {
-        ok: false,
-        command_id: T::COMMAND_ID.to_string(),
-        command_version: COMMAND_VERSION,
-        error: CommandError {
-            code,
-            message,
-            correlation_id: correlation::current(),
-            retryable,
-            details,
-        },
-    })
-}
-
-fn issues_details(issues: &[ValidationIssue]) -> Option<BTreeMap<String, Value>> {
-    let mut map = BTreeMap::new();
-    map.insert(
-        "issues".to_string(),
-        serde_json::to_value(issues).unwrap_or(Value::Array(vec![])),
-    );
-    Some(map)
-}
-
 impl<T: CommandData> ActionResponse<T> {
     pub fn ok(
         data: T,
@@ -218,66 +189,13 @@ impl<T: CommandData> ActionResponse<T> {
         }))
     }
 
+    /// 400 `validation_failed` with `details.issues` (see [`crate::api::errors`]).
     pub fn validation(issues: Vec<ValidationIssue>) -> Self {
-        let message = match issues.first() {
-            Some(first) if issues.len() == 1 => format!("invalid request: {}", first.message),
-            _ => format!("invalid request: {} problems", issues.len()),
-        };
-        Self::BadRequest(error_envelope::<T>(
-            ErrorCode::ValidationFailed,
-            message,
-            false,
-            issues_details(&issues),
-        ))
+        crate::api::errors::action_validation(issues)
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::Unauthorized(ErrorBody::new(message))
-    }
-}
-
-/// The one mapping from domain errors to platform-action responses.
-impl<T: CommandData> From<PlatformError> for ActionResponse<T> {
-    fn from(err: PlatformError) -> Self {
-        match err {
-            PlatformError::Validation(issues) => Self::validation(issues),
-            PlatformError::Forbidden(message) => Self::Forbidden(error_envelope::<T>(
-                ErrorCode::AuthorizationDenied,
-                message,
-                false,
-                None,
-            )),
-            PlatformError::NotFound(message) => Self::NotFound(error_envelope::<T>(
-                ErrorCode::NotFound,
-                message,
-                false,
-                None,
-            )),
-            PlatformError::Conflict { message, unmet } => {
-                let mut details = BTreeMap::new();
-                details.insert(
-                    "unmet".to_string(),
-                    Value::Array(unmet.into_iter().map(Value::String).collect()),
-                );
-                Self::Conflict(error_envelope::<T>(
-                    ErrorCode::Conflict,
-                    message,
-                    false,
-                    Some(details),
-                ))
-            }
-            PlatformError::Unavailable(message) => Self::Unavailable(error_envelope::<T>(
-                ErrorCode::TransientFailure,
-                message,
-                true,
-                None,
-            )),
-            PlatformError::Unauthorized(message) => Self::unauthorized(message),
-            PlatformError::Internal(message) => {
-                tracing::error!(command = T::COMMAND_ID, %message, "platform action failed");
-                Self::Internal(ErrorBody::new("internal error"))
-            }
-        }
     }
 }
 

@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use poem::{
     endpoint::{BoxEndpoint, TowerCompatExt},
-    http::StatusCode,
-    web::Json,
-    Endpoint, EndpointExt, IntoResponse, Request, Response,
+    Endpoint, EndpointExt, Request, Response,
 };
 use rmcp::{
     model::{
@@ -23,10 +21,11 @@ use rmcp::{
     },
     ErrorData, RoleServer, ServerHandler,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::{
-    auth::{authenticate, AuthError},
+    api::errors,
+    auth::authenticate,
     state::AppState,
     tools::{self, registry, ToolContext},
 };
@@ -86,7 +85,7 @@ impl ServerHandler for McpServer {
         let input = request.arguments.map(Value::Object);
         let result = match tools::call(ctx, &request.name, input).await {
             Ok(value) => CallToolResult::structured(value),
-            Err(e) => CallToolResult::structured_error(tools::error_body(&e).1),
+            Err(e) => CallToolResult::structured_error(errors::tool_error_json(e)),
         };
         Ok(result.into())
     }
@@ -125,13 +124,6 @@ pub fn endpoint(state: AppState) -> McpEndpoint {
     }
 }
 
-fn unauthorized(message: &str) -> Response {
-    Json(json!({ "error": message }))
-        .with_status(StatusCode::UNAUTHORIZED)
-        .with_header("WWW-Authenticate", "Bearer")
-        .into_response()
-}
-
 impl Endpoint for McpEndpoint {
     type Output = Response;
 
@@ -146,7 +138,7 @@ impl Endpoint for McpEndpoint {
             })
             .map(str::to_string);
         let Some(token) = token else {
-            return Ok(unauthorized(crate::auth::MISSING_KEY));
+            return Ok(errors::mcp_unauthorized(crate::auth::MISSING_KEY));
         };
         match authenticate(&self.state.db, &token).await {
             Ok(auth) => {
@@ -155,13 +147,7 @@ impl Endpoint for McpEndpoint {
                 });
                 self.inner.call(req).await
             }
-            Err(AuthError::Internal(e)) => {
-                tracing::error!("key check failed: {e}");
-                Ok(Json(json!({ "error": "internal error" }))
-                    .with_status(StatusCode::INTERNAL_SERVER_ERROR)
-                    .into_response())
-            }
-            Err(e) => Ok(unauthorized(&e.to_string())),
+            Err(e) => Ok(errors::mcp_auth_error(e)),
         }
     }
 }

@@ -207,7 +207,7 @@ async fn handle_call(
                 Ok(input) => {
                     let result = tools::call(ctx.clone(), name, Some(input.clone()))
                         .await
-                        .map_err(|e| tools::error_body(&e).1);
+                        .map_err(|e| e.to_json());
                     (input, result)
                 }
                 Err(e) => (
@@ -267,7 +267,7 @@ async fn handle_call(
                     cut(result.to_string())
                 }
                 Err(e) => {
-                    let body = tools::error_body(&e).1;
+                    let body = e.to_json();
                     let message = body
                         .get("error")
                         .and_then(Value::as_str)

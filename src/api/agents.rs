@@ -7,7 +7,7 @@ use poem_openapi::{
 };
 use serde_json::Value;
 
-use super::{action_ctx, caller, reply, ApiTags, AppState};
+use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     agents::run_records,
     api::ApiKeyAuth,
@@ -345,18 +345,9 @@ impl AgentsApi {
     ) -> ActionResponse<AgentUpdateData> {
         let auth = caller!(self.state, key, AgentUpdateData);
         let ctx = action_ctx::<AgentUpdateData>(&auth);
-        reply(
-            agents::update(&self.state.db, &ctx, &id, body.0)
-                .await
-                .map(|c| {
-                    (
-                        AgentUpdateData {
-                            agent: c.agent.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
+        reply_change(
+            agents::update(&self.state.db, &ctx, &id, body.0).await,
+            |v| AgentUpdateData { agent: v.into() },
         )
     }
 
@@ -376,15 +367,9 @@ impl AgentsApi {
     ) -> ActionResponse<AgentDisableData> {
         let auth = caller!(self.state, key, AgentDisableData);
         let ctx = action_ctx::<AgentDisableData>(&auth);
-        reply(agents::disable(&self.state.db, &ctx, &id).await.map(|c| {
-            (
-                AgentDisableData {
-                    agent: c.agent.into(),
-                },
-                c.resources,
-                Some(c.audit_id),
-            )
-        }))
+        reply_change(agents::disable(&self.state.db, &ctx, &id).await, |v| {
+            AgentDisableData { agent: v.into() }
+        })
     }
 
     /// List an agent's runs (extension)

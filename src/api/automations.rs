@@ -7,7 +7,8 @@ use poem_openapi::{
 use serde_json::Value;
 
 use super::{
-    action_ctx, caller, destinations::Destination, reply, signals::Signal, ApiTags, AppState,
+    action_ctx, caller, destinations::Destination, reply, reply_change, signals::Signal, ApiTags,
+    AppState,
 };
 use crate::{
     api::ApiKeyAuth,
@@ -225,18 +226,11 @@ impl AutomationsApi {
     ) -> ActionResponse<AutomationCreateData> {
         let auth = caller!(self.state, key, AutomationCreateData);
         let ctx = action_ctx::<AutomationCreateData>(&auth);
-        reply(
-            automations::create(&self.state.db, &ctx, body.0)
-                .await
-                .map(|c| {
-                    (
-                        AutomationCreateData {
-                            automation: c.view.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
+        reply_change(
+            automations::create(&self.state.db, &ctx, body.0).await,
+            |v| AutomationCreateData {
+                automation: v.into(),
+            },
         )
     }
 
@@ -258,19 +252,11 @@ impl AutomationsApi {
     ) -> ActionResponse<AutomationEnableData> {
         let auth = caller!(self.state, key, AutomationEnableData);
         let ctx = action_ctx::<AutomationEnableData>(&auth);
-        reply(
-            automations::enable(&self.state.db, &ctx, &id)
-                .await
-                .map(|c| {
-                    (
-                        AutomationEnableData {
-                            automation: c.view.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
-        )
+        reply_change(automations::enable(&self.state.db, &ctx, &id).await, |v| {
+            AutomationEnableData {
+                automation: v.into(),
+            }
+        })
     }
 
     /// Disable an automation
@@ -288,18 +274,10 @@ impl AutomationsApi {
     ) -> ActionResponse<AutomationDisableData> {
         let auth = caller!(self.state, key, AutomationDisableData);
         let ctx = action_ctx::<AutomationDisableData>(&auth);
-        reply(
-            automations::disable(&self.state.db, &ctx, &id)
-                .await
-                .map(|c| {
-                    (
-                        AutomationDisableData {
-                            automation: c.view.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
-        )
+        reply_change(automations::disable(&self.state.db, &ctx, &id).await, |v| {
+            AutomationDisableData {
+                automation: v.into(),
+            }
+        })
     }
 }

@@ -19,7 +19,6 @@ use crate::{
     integrations::{
         providers::SetupMode,
         sessions::{self, PageAnswer, PageOutcome, SessionView},
-        IntegrationError,
     },
     request::{PathSegment, ValidationIssue},
 };
@@ -46,7 +45,7 @@ font-weight:600}input[type=text],input[type=password]{width:100%;padding:.5rem;b
 button{margin:1rem .5rem 0 0;padding:.55rem 1.1rem;font-size:1rem}.note{color:#555;font-size:.9rem}\
 .error{color:#a11;border:1px solid #a11;padding:.6rem}.ok{color:#116611}";
 
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
+pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -191,32 +190,13 @@ fn form_page(
     page(status, &format!("Connect {}", p.name), &body)
 }
 
-fn error_page(err: IntegrationError) -> Response {
-    match err {
-        IntegrationError::NotFound(_) => page(
-            StatusCode::NOT_FOUND,
-            "Connect link not found",
-            "<h1>This connect link is not valid</h1>\
-             <p>Run <code>custintel integrations connect PROVIDER</code> for a new one.</p>",
-        ),
-        other => {
-            tracing::error!(error = %other, "connect page failed");
-            page(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Something went wrong",
-                "<h1>Something went wrong</h1><p>Try the link again in a moment.</p>",
-            )
-        }
-    }
-}
-
 /// `GET /connect/{sessionId}`.
 #[handler]
 pub async fn show(Path(session_id): Path<String>, state: Data<&AppState>) -> Response {
     match sessions::for_page(&state.db, &session_id, Utc::now()).await {
         Ok(view) if view.session.status == sessions::PENDING => form_page(&view, &[], &Map::new()),
         Ok(view) => result_page(&view),
-        Err(e) => error_page(e),
+        Err(e) => super::errors::connect_page_error(e),
     }
 }
 
@@ -247,6 +227,6 @@ pub async fn submit(
     match sessions::complete(&state.db, &state.secrets, &session_id, answer, Utc::now()).await {
         Ok(PageOutcome::Finished(view)) => result_page(&view),
         Ok(PageOutcome::Invalid(view, issues)) => form_page(&view, &issues, &values),
-        Err(e) => error_page(e),
+        Err(e) => super::errors::connect_page_error(e),
     }
 }

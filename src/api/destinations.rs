@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use poem_openapi::{param::Path, Enum, Object, OpenApi};
 use serde_json::Value;
 
-use super::{action_ctx, caller, reply, ApiTags, AppState};
+use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     api::ApiKeyAuth,
     command_data,
@@ -205,19 +205,12 @@ impl DestinationsApi {
     ) -> ActionResponse<DestinationCreateData> {
         let auth = caller!(self.state, key, DestinationCreateData);
         let ctx = action_ctx::<DestinationCreateData>(&auth);
-        reply(
-            destinations::create(&self.state.db, &self.state.secrets, &ctx, body.0)
-                .await
-                .map(|c| {
-                    (
-                        DestinationCreateData {
-                            destination: c.destination.into(),
-                            signing_secret: c.signing_secret,
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
+        reply_change(
+            destinations::create(&self.state.db, &self.state.secrets, &ctx, body.0).await,
+            |c| DestinationCreateData {
+                destination: c.destination.into(),
+                signing_secret: c.signing_secret,
+            },
         )
     }
 
@@ -239,18 +232,11 @@ impl DestinationsApi {
     ) -> ActionResponse<DestinationUpdateData> {
         let auth = caller!(self.state, key, DestinationUpdateData);
         let ctx = action_ctx::<DestinationUpdateData>(&auth);
-        reply(
-            destinations::update(&self.state.db, &ctx, &id, body.0)
-                .await
-                .map(|c| {
-                    (
-                        DestinationUpdateData {
-                            destination: c.destination.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
+        reply_change(
+            destinations::update(&self.state.db, &ctx, &id, body.0).await,
+            |v| DestinationUpdateData {
+                destination: v.into(),
+            },
         )
     }
 
@@ -270,18 +256,11 @@ impl DestinationsApi {
     ) -> ActionResponse<DestinationDisableData> {
         let auth = caller!(self.state, key, DestinationDisableData);
         let ctx = action_ctx::<DestinationDisableData>(&auth);
-        reply(
-            destinations::disable(&self.state.db, &ctx, &id)
-                .await
-                .map(|c| {
-                    (
-                        DestinationDisableData {
-                            destination: c.destination.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
+        reply_change(
+            destinations::disable(&self.state.db, &ctx, &id).await,
+            |v| DestinationDisableData {
+                destination: v.into(),
+            },
         )
     }
 }

@@ -58,7 +58,7 @@ pub struct IngestRequestError {
     pub errors: Vec<IngestEventError>,
 }
 
-fn refused(message: impl Into<String>) -> Json<IngestRequestError> {
+pub(crate) fn refused(message: impl Into<String>) -> Json<IngestRequestError> {
     Json(IngestRequestError {
         success: false,
         processed: 0,
@@ -292,33 +292,6 @@ fn cors_headers(origin: &str) -> Vec<(HeaderName, HeaderValue)> {
     ]
 }
 
-/// The one mapping from Ingest errors to responses.
-fn error_response(err: IngestError) -> (IngestResponse, Vec<(HeaderName, HeaderValue)>) {
-    let message = err.to_string();
-    match err {
-        IngestError::Forbidden(_) => (IngestResponse::Forbidden(refused(message)), vec![]),
-        IngestError::BadRequest(_) => (IngestResponse::BadRequest(refused(message)), vec![]),
-        IngestError::TooLarge => (IngestResponse::TooLarge(refused(message)), vec![]),
-        IngestError::RateLimited {
-            limit,
-            retry_after_secs,
-        } => (
-            IngestResponse::TooManyRequests(refused(message)),
-            [
-                (header::RETRY_AFTER, value(retry_after_secs)),
-                (HeaderName::from_static("x-ratelimit-limit"), value(limit)),
-                (HeaderName::from_static("x-ratelimit-remaining"), value(0)),
-                (
-                    HeaderName::from_static("x-ratelimit-reset"),
-                    value(retry_after_secs),
-                ),
-            ]
-            .into(),
-        ),
-        IngestError::Internal(_) => (IngestResponse::Internal(refused(message)), vec![]),
-    }
-}
-
 fn header_str<'r>(req: &'r Request, name: HeaderName) -> Option<&'r str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
@@ -409,7 +382,7 @@ impl IngestApi {
                     .collect(),
             })),
             Err(err) => {
-                let (response, extra) = error_response(err);
+                let (response, extra) = super::errors::ingest_error(err);
                 headers.extend(extra);
                 response
             }
@@ -428,13 +401,13 @@ impl IngestApi {
             Ok(Some(t)) => t,
             Ok(None) => {
                 return WithHeaders {
-                    response: PreflightResponse::Forbidden(refused(unknown_key().to_string())),
+                    response: unknown_key().into(),
                     headers: vec![],
                 }
             }
             Err(e) => {
                 return WithHeaders {
-                    response: PreflightResponse::Forbidden(refused(e.to_string())),
+                    response: e.into(),
                     headers: vec![],
                 }
             }
@@ -442,7 +415,7 @@ impl IngestApi {
         let origin = header_str(req, header::ORIGIN).unwrap_or_default();
         if !ingest::origin_allowed(&tracking, origin) {
             return WithHeaders {
-                response: PreflightResponse::Forbidden(refused(origin_refused(origin).to_string())),
+                response: origin_refused(origin).into(),
                 headers: vec![],
             };
         }

@@ -2,10 +2,10 @@
 
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 
-use super::{ApiTags, AppState};
+use super::{errors, ApiTags, AppState};
 use crate::{
     api::ApiKeyAuth,
-    auth::{authenticate, AuthError},
+    auth::authenticate,
     envelope::{request_issues, ErrorBody},
     types::Nullable,
 };
@@ -46,16 +46,9 @@ pub enum ValidateKeyResponse {
     Internal(Json<ErrorBody>),
 }
 
-fn invalid(error: impl Into<String>) -> ValidateKeyResponse {
-    ValidateKeyResponse::Invalid(Json(KeyInvalid {
-        valid: false,
-        error: error.into(),
-    }))
-}
-
 fn validate_bad_request(err: poem::Error) -> ValidateKeyResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
-        return invalid(crate::auth::MISSING_KEY);
+        return errors::key_invalid(crate::auth::MISSING_KEY);
     }
     let issues = request_issues(&err);
     ValidateKeyResponse::BadRequest(Json(ErrorBody {
@@ -85,11 +78,7 @@ impl KeysApi {
                 organization_id: ctx.organization_id,
                 created_by_id: ctx.created_by_id.into(),
             })),
-            Err(AuthError::Internal(e)) => {
-                tracing::error!(error = %e, "key validation failed");
-                ValidateKeyResponse::Internal(ErrorBody::new("key validation failed"))
-            }
-            Err(e) => invalid(e.to_string()),
+            Err(e) => e.into(),
         }
     }
 }

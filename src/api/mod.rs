@@ -6,6 +6,7 @@ pub mod automation_runs;
 pub mod automations;
 pub mod connect_page;
 pub mod destinations;
+pub mod errors;
 pub mod ingest;
 pub mod integrations;
 pub mod keys;
@@ -18,7 +19,7 @@ use poem_openapi::{OpenApiService, Tags};
 use crate::{
     auth::{authenticate, AuthContext},
     envelope::{ActionResponse, CommandData, ResourceRef},
-    platform::{ActionContext, PlatformError, PlatformResult},
+    platform::{ActionContext, Change, PlatformError, PlatformResult},
 };
 
 pub use crate::state::AppState;
@@ -65,12 +66,22 @@ pub enum ApiTags {
 /// A platform action's outcome: its data, the resources it touched, its audit row.
 pub type Outcome<T> = (T, Vec<ResourceRef>, Option<String>);
 
-/// Wraps a platform action's outcome in the command envelope, or maps its error.
+/// Wraps a platform action's outcome in the command envelope, or maps its error
+/// ([`errors`]).
 pub fn reply<T: CommandData>(result: PlatformResult<Outcome<T>>) -> ActionResponse<T> {
     match result {
         Ok((data, resources, audit_id)) => ActionResponse::ok(data, resources, audit_id, vec![]),
         Err(e) => e.into(),
     }
+}
+
+/// Wraps a write action's change in the command envelope, its `data` made from the changed
+/// resource, or maps its error.
+pub fn reply_change<V, T: CommandData>(
+    result: PlatformResult<Change<V>>,
+    data: impl FnOnce(V) -> T,
+) -> ActionResponse<T> {
+    reply(result.map(|c| (data(c.view), c.resources, Some(c.audit_id))))
 }
 
 /// The caller of a platform action, or the response that refuses it.

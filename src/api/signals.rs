@@ -6,7 +6,7 @@ use poem_openapi::{
 };
 use serde_json::Value;
 
-use super::{action_ctx, caller, reply, ApiTags, AppState};
+use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     api::ApiKeyAuth,
     command_data,
@@ -158,19 +158,9 @@ impl SignalsApi {
     ) -> ActionResponse<SignalCreateData> {
         let auth = caller!(self.state, key, SignalCreateData);
         let ctx = action_ctx::<SignalCreateData>(&auth);
-        reply(
-            signals::create(&self.state.db, &ctx, body.0)
-                .await
-                .map(|c| {
-                    (
-                        SignalCreateData {
-                            signal: c.signal.into(),
-                        },
-                        c.resources,
-                        Some(c.audit_id),
-                    )
-                }),
-        )
+        reply_change(signals::create(&self.state.db, &ctx, body.0).await, |v| {
+            SignalCreateData { signal: v.into() }
+        })
     }
 
     /// Archive a signal
@@ -189,18 +179,13 @@ impl SignalsApi {
     ) -> ActionResponse<SignalArchiveData> {
         let auth = caller!(self.state, key, SignalArchiveData);
         let ctx = action_ctx::<SignalArchiveData>(&auth);
-        reply(signals::archive(&self.state.db, &ctx, &id).await.map(|c| {
-            let archived_at = c.signal.archived_at.unwrap_or(c.signal.updated_at);
-            (
-                SignalArchiveData {
-                    signal: ArchivedSignal {
-                        id: c.signal.id,
-                        archived_at: archived_at.into(),
-                    },
+        reply_change(signals::archive(&self.state.db, &ctx, &id).await, |s| {
+            SignalArchiveData {
+                signal: ArchivedSignal {
+                    archived_at: s.archived_at.unwrap_or(s.updated_at).into(),
+                    id: s.id,
                 },
-                c.resources,
-                Some(c.audit_id),
-            )
-        }))
+            }
+        })
     }
 }

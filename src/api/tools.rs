@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 use serde_json::Value;
 
-use super::{ApiTags, AppState};
+use super::{errors, ApiTags, AppState};
 use crate::{
     api::ApiKeyAuth,
-    auth::{authenticate, AuthError},
+    auth::authenticate,
     envelope::{request_issues, ErrorBody},
-    request::{JsonBody, ValidationIssue},
-    tools::{self, registry, ToolContext, ToolError},
+    request::JsonBody,
+    tools::{self, registry, ToolContext},
 };
 
 /// A tool call.
@@ -74,51 +74,7 @@ fn call_bad_request(err: poem::Error) -> ToolCallResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
         return ToolCallResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
-    invalid(request_issues(&err))
-}
-
-fn invalid(issues: Vec<ValidationIssue>) -> ToolCallResponse {
-    ToolCallResponse::BadRequest(Json(ErrorBody {
-        error: "invalid tool call".to_string(),
-        details: Some(issues),
-    }))
-}
-
-fn unauthorized(err: AuthError) -> ToolCallResponse {
-    match err {
-        AuthError::Internal(e) => ToolError::from(e).into(),
-        other => ToolCallResponse::Unauthorized(ErrorBody::new(other.to_string())),
-    }
-}
-
-impl From<ToolError> for ToolCallResponse {
-    fn from(err: ToolError) -> Self {
-        match err {
-            ToolError::Invalid(issues) => invalid(issues),
-            ToolError::Refused(message) => ToolCallResponse::BadRequest(ErrorBody::new(message)),
-            ToolError::NotFound(message) => ToolCallResponse::NotFound(ErrorBody::new(message)),
-            ToolError::Internal(message) => {
-                tracing::error!("tool failed: {message}");
-                ToolCallResponse::Internal(ErrorBody::new("internal error"))
-            }
-            ToolError::Unavailable(message) => {
-                ToolCallResponse::Unavailable(ErrorBody::new(message))
-            }
-            e @ ToolError::LimitExceeded { .. } => {
-                let error = e.to_string();
-                let ToolError::LimitExceeded { plan, reset_at, .. } = e else {
-                    return ToolCallResponse::Internal(ErrorBody::new("internal error"));
-                };
-                ToolCallResponse::LimitExceeded(Json(PlanLimitError {
-                    error,
-                    code: "api_limit_exceeded".into(),
-                    plan,
-                    feature: "api_calls".into(),
-                    reset_at,
-                }))
-            }
-        }
-    }
+    errors::invalid_tool_call(request_issues(&err))
 }
 
 /// A tool an agent or SDK can call.
@@ -194,7 +150,7 @@ impl ToolsApi {
     async fn call(&self, key: ApiKeyAuth, body: JsonBody<ToolCallRequest>) -> ToolCallResponse {
         let auth = match authenticate(&self.state.db, &key.0.token).await {
             Ok(auth) => auth,
-            Err(e) => return unauthorized(e),
+            Err(e) => return e.into(),
         };
         let ctx = ToolContext {
             state: self.state.clone(),
@@ -216,16 +172,7 @@ impl ToolsApi {
     async fn list(&self, key: ApiKeyAuth) -> ToolListResponse {
         match authenticate(&self.state.db, &key.0.token).await {
             Ok(_) => ToolListResponse::Ok(Json(tool_list())),
-            Err(AuthError::Internal(e)) => match ToolError::from(e) {
-                ToolError::Unavailable(message) => {
-                    ToolListResponse::Unavailable(ErrorBody::new(message))
-                }
-                other => {
-                    tracing::error!("key check failed: {other}");
-                    ToolListResponse::Internal(ErrorBody::new("internal error"))
-                }
-            },
-            Err(e) => ToolListResponse::Unauthorized(ErrorBody::new(e.to_string())),
+            Err(e) => e.into(),
         }
     }
 }

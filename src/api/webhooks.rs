@@ -12,7 +12,7 @@ use poem_openapi::{
 use super::{ApiTags, AppState};
 use crate::{
     envelope::{request_issues, ErrorBody},
-    integrations::{webhook, IntegrationError},
+    integrations::webhook,
     request::{RequestValidationError, ValidationIssue, MAX_BODY_BYTES},
 };
 
@@ -109,27 +109,6 @@ fn webhook_bad_request(err: poem::Error) -> WebhookResponse {
         error,
         details: Some(issues),
     }))
-}
-
-impl From<IntegrationError> for WebhookResponse {
-    fn from(err: IntegrationError) -> Self {
-        match err {
-            IntegrationError::BadRequest { message, issues } => {
-                WebhookResponse::BadRequest(Json(ErrorBody {
-                    error: message,
-                    details: (!issues.is_empty()).then_some(issues),
-                }))
-            }
-            IntegrationError::NotFound(m) | IntegrationError::NotConnected(m) => {
-                WebhookResponse::NotFound(ErrorBody::new(m))
-            }
-            IntegrationError::Upstream(m) => WebhookResponse::Unavailable(ErrorBody::new(m)),
-            other => {
-                tracing::error!(error = %other, "Stripe webhook failed");
-                WebhookResponse::Internal(ErrorBody::new("internal error"))
-            }
-        }
-    }
 }
 
 pub struct WebhooksApi {

@@ -110,15 +110,16 @@ pub async fn run(
             );
         }
         IntegrationsCommand::Capabilities { provider } => {
+            let asked_one = provider.is_some();
             let query: Vec<(&str, String)> = provider
                 .map(|p| vec![("provider", p.trim().to_string())])
                 .unwrap_or_default();
             let answer = client.get("/api/integrations/capabilities", &query).await?;
             if out.json {
                 output::json(&answer);
-            } else if let Some(one) = answer.get("provider") {
-                print_capability(one);
-            } else if let Some(all) = answer.get("providers").and_then(Value::as_object) {
+            } else if asked_one {
+                print_capability(output::at(&answer, "/provider"));
+            } else if let Some(all) = answer.as_object() {
                 let rows: Vec<Vec<String>> = all
                     .values()
                     .map(|c| {

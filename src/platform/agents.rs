@@ -9,7 +9,7 @@ use sea_orm::{
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{audit, ActionContext, PlatformError, PlatformResult};
+use super::{ActionContext, Change, PlatformError, PlatformResult};
 use crate::{
     agents::schedules::{Schedule, ScheduleError},
     envelope::ResourceRef,
@@ -100,18 +100,12 @@ fn validate(update: &AgentUpdate) -> PlatformResult<()> {
     issues.into_result().map_err(Into::into)
 }
 
-pub struct AgentChange {
-    pub agent: agent::Model,
-    pub resources: Vec<ResourceRef>,
-    pub audit_id: String,
-}
-
 pub async fn update(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
     changes: AgentUpdate,
-) -> PlatformResult<AgentChange> {
+) -> PlatformResult<Change<agent::Model>> {
     ctx.auth.require_write()?;
     validate(&changes)?;
     let txn = crate::db::begin_write(db).await?;
@@ -185,13 +179,7 @@ pub async fn update(
     model.updated_at = Set(Utc::now());
     let agent = model.update(&txn).await?;
     let resources = vec![ResourceRef::new("agent", agent.id.clone())];
-    let audit_id = audit::record(&txn, ctx, &resources, json!({ "changed": changed })).await?;
-    txn.commit().await?;
-    Ok(AgentChange {
-        agent,
-        resources,
-        audit_id,
-    })
+    Change::commit(txn, ctx, agent, resources, json!({ "changed": changed })).await
 }
 
 /// Disables the agent: its schedule stops and has no next run.
@@ -199,7 +187,7 @@ pub async fn disable(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-) -> PlatformResult<AgentChange> {
+) -> PlatformResult<Change<agent::Model>> {
     ctx.auth.require_write()?;
     let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
@@ -210,12 +198,12 @@ pub async fn disable(
     model.updated_at = Set(Utc::now());
     let agent = model.update(&txn).await?;
     let resources = vec![ResourceRef::new("agent", agent.id.clone())];
-    let audit_id =
-        audit::record(&txn, ctx, &resources, json!({ "wasEnabled": was_enabled })).await?;
-    txn.commit().await?;
-    Ok(AgentChange {
+    Change::commit(
+        txn,
+        ctx,
         agent,
         resources,
-        audit_id,
-    })
+        json!({ "wasEnabled": was_enabled }),
+    )
+    .await
 }

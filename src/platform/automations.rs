@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    audit, config_hash, defined, unique_key, uuid_id, ActionContext, PlatformError, PlatformResult,
+    config_hash, defined, unique_key, uuid_id, ActionContext, Change, PlatformError, PlatformResult,
 };
 use crate::{
     envelope::ResourceRef,
@@ -201,12 +201,6 @@ pub async fn get(db: &DatabaseConnection, org: &str, id: &str) -> PlatformResult
     view_one(db, model).await
 }
 
-pub struct AutomationChange {
-    pub view: AutomationView,
-    pub resources: Vec<ResourceRef>,
-    pub audit_id: String,
-}
-
 fn resources_of(view: &AutomationView) -> Vec<ResourceRef> {
     vec![ResourceRef::new("automation", view.automation.id.clone())]
 }
@@ -267,7 +261,7 @@ pub async fn enable(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-) -> PlatformResult<AutomationChange> {
+) -> PlatformResult<Change<AutomationView>> {
     ctx.auth.require_write()?;
     let txn = crate::db::begin_write(db).await?;
     let current = find(&txn, ctx.org(), id).await?;
@@ -301,20 +295,14 @@ pub async fn enable(
         }
     };
     let resources = resources_of(&view);
-    let audit_id = audit::record(&txn, ctx, &resources, json!({ "enabled": true })).await?;
-    txn.commit().await?;
-    Ok(AutomationChange {
-        view,
-        resources,
-        audit_id,
-    })
+    Change::commit(txn, ctx, view, resources, json!({ "enabled": true })).await
 }
 
 pub async fn disable(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-) -> PlatformResult<AutomationChange> {
+) -> PlatformResult<Change<AutomationView>> {
     ctx.auth.require_write()?;
     let txn = crate::db::begin_write(db).await?;
     let mut current = find(&txn, ctx.org(), id).await?;
@@ -327,13 +315,7 @@ pub async fn disable(
     }
     let view = view_one(&txn, current).await?;
     let resources = resources_of(&view);
-    let audit_id = audit::record(&txn, ctx, &resources, json!({ "enabled": false })).await?;
-    txn.commit().await?;
-    Ok(AutomationChange {
-        view,
-        resources,
-        audit_id,
-    })
+    Change::commit(txn, ctx, view, resources, json!({ "enabled": false })).await
 }
 
 /// How many of `wanted` are active (non-archived) signals of the organization.
@@ -409,7 +391,7 @@ pub async fn create(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     body: AutomationCreate,
-) -> PlatformResult<AutomationChange> {
+) -> PlatformResult<Change<AutomationView>> {
     ctx.auth.require_write()?;
     let org = ctx.org().to_string();
     let mut issues = Issues::default();
@@ -521,14 +503,8 @@ pub async fn create(
     link(&txn, &id, &body.signal_ids, &body.destination_ids).await?;
     let view = view_one(&txn, model).await?;
     let resources = resources_of(&view);
-    let audit_id =
-        audit::record(&txn, ctx, &resources, json!({ "key": view.automation.key })).await?;
-    txn.commit().await?;
-    Ok(AutomationChange {
-        view,
-        resources,
-        audit_id,
-    })
+    let details = json!({ "key": view.automation.key });
+    Change::commit(txn, ctx, view, resources, details).await
 }
 
 /// Links an automation to signals and destinations (ids already checked).

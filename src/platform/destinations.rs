@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    audit, config_hash, defined, unique_key, uuid_id, ActionContext, PlatformError, PlatformResult,
+    config_hash, defined, unique_key, uuid_id, ActionContext, Change, PlatformError, PlatformResult,
 };
 use crate::{
     crypto::{mask, SecretBox},
@@ -123,11 +123,10 @@ pub async fn get<C: ConnectionTrait>(
         .ok_or_else(|| PlatformError::NotFound(format!("destination `{id}` not found")))
 }
 
-pub struct DestinationChange {
+/// A new destination and, for a webhook, its signing secret (shown once).
+#[derive(Debug)]
+pub struct CreatedDestination {
     pub destination: destination::Model,
-    pub resources: Vec<ResourceRef>,
-    pub audit_id: String,
-    /// The signing secret of a new webhook destination, shown once.
     pub signing_secret: Option<String>,
 }
 
@@ -147,7 +146,7 @@ pub async fn create(
     secrets: &SecretBox,
     ctx: &ActionContext<'_>,
     body: DestinationCreate,
-) -> PlatformResult<DestinationChange> {
+) -> PlatformResult<Change<CreatedDestination>> {
     ctx.auth.require_write()?;
     let mut issues = Issues::default();
     issues.length(&["name"], &body.name, 1, 120);
@@ -243,14 +242,12 @@ pub async fn create(
     .insert(&txn)
     .await?;
     let resources = vec![ResourceRef::new("destination", destination.id.clone())];
-    let audit_id = audit::record(&txn, ctx, &resources, json!({ "key": destination.key })).await?;
-    txn.commit().await?;
-    Ok(DestinationChange {
+    let details = json!({ "key": destination.key });
+    let created = CreatedDestination {
         destination,
-        resources,
-        audit_id,
         signing_secret,
-    })
+    };
+    Change::commit(txn, ctx, created, resources, details).await
 }
 
 pub async fn clear_default<C: ConnectionTrait>(conn: &C, org: &str) -> PlatformResult<()> {
@@ -271,7 +268,7 @@ pub async fn update(
     ctx: &ActionContext<'_>,
     id: &str,
     body: DestinationUpdate,
-) -> PlatformResult<DestinationChange> {
+) -> PlatformResult<Change<destination::Model>> {
     ctx.auth.require_write()?;
     let mut issues = Issues::default();
     if body.kind != "WEBHOOK_ENDPOINT" {
@@ -340,14 +337,14 @@ pub async fn update(
     model.updated_at = Set(Utc::now());
     let destination = model.update(&txn).await?;
     let resources = vec![ResourceRef::new("destination", destination.id.clone())];
-    let audit_id = audit::record(&txn, ctx, &resources, json!({ "changed": changed })).await?;
-    txn.commit().await?;
-    Ok(DestinationChange {
+    Change::commit(
+        txn,
+        ctx,
         destination,
         resources,
-        audit_id,
-        signing_secret: None,
-    })
+        json!({ "changed": changed }),
+    )
+    .await
 }
 
 /// 409 for a destination that `custintel apply` manages: its file owns its content.
@@ -369,7 +366,7 @@ pub async fn disable(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-) -> PlatformResult<DestinationChange> {
+) -> PlatformResult<Change<destination::Model>> {
     ctx.auth.require_write()?;
     let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
@@ -382,12 +379,5 @@ pub async fn disable(
         current
     };
     let resources = vec![ResourceRef::new("destination", destination.id.clone())];
-    let audit_id = audit::record(&txn, ctx, &resources, json!({})).await?;
-    txn.commit().await?;
-    Ok(DestinationChange {
-        destination,
-        resources,
-        audit_id,
-        signing_secret: None,
-    })
+    Change::commit(txn, ctx, destination, resources, json!({})).await
 }

@@ -13,6 +13,7 @@ use sea_orm::DbErr;
 
 use crate::{
     auth::{AuthContext, AuthError},
+    envelope::ResourceRef,
     request::ValidationIssue,
 };
 
@@ -73,6 +74,43 @@ impl From<Vec<ValidationIssue>> for PlatformError {
 }
 
 pub type PlatformResult<T> = Result<T, PlatformError>;
+
+/// What a write action changed: the resource as it is now (`view`), the resources it touched and
+/// the id of the audit row it wrote.
+#[derive(Debug)]
+pub struct Change<V> {
+    pub view: V,
+    pub resources: Vec<ResourceRef>,
+    pub audit_id: String,
+}
+
+impl<V> Change<V> {
+    /// Writes the audit row for `resources` in `txn`, commits it and returns the change.
+    pub async fn commit(
+        txn: sea_orm::DatabaseTransaction,
+        ctx: &ActionContext<'_>,
+        view: V,
+        resources: Vec<ResourceRef>,
+        details: serde_json::Value,
+    ) -> PlatformResult<Self> {
+        let audit_id = audit::record(&txn, ctx, &resources, details).await?;
+        txn.commit().await?;
+        Ok(Self {
+            view,
+            resources,
+            audit_id,
+        })
+    }
+
+    /// The same change with another view of the resource.
+    pub fn map<W>(self, f: impl FnOnce(V) -> W) -> Change<W> {
+        Change {
+            view: f(self.view),
+            resources: self.resources,
+            audit_id: self.audit_id,
+        }
+    }
+}
 
 /// What a write action needs to know about its caller, for scope checks and the audit row.
 pub struct ActionContext<'a> {

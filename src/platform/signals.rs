@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    audit, config_hash, defined, unique_key, uuid_id, ActionContext, PlatformError, PlatformResult,
+    config_hash, defined, unique_key, uuid_id, ActionContext, Change, PlatformError, PlatformResult,
 };
 use crate::{
     envelope::ResourceRef,
@@ -175,17 +175,11 @@ pub async fn get<C: ConnectionTrait>(db: &C, org: &str, id: &str) -> PlatformRes
         .ok_or_else(|| PlatformError::NotFound(format!("signal `{id}` not found")))
 }
 
-pub struct SignalChange {
-    pub signal: signal::Model,
-    pub resources: Vec<ResourceRef>,
-    pub audit_id: String,
-}
-
 pub async fn create(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     body: SignalCreate,
-) -> PlatformResult<SignalChange> {
+) -> PlatformResult<Change<signal::Model>> {
     ctx.auth.require_write()?;
     validate(&body)?;
     let org = ctx.org().to_string();
@@ -218,13 +212,8 @@ pub async fn create(
     .insert(&txn)
     .await?;
     let resources = vec![ResourceRef::new("signal", signal.id.clone())];
-    let audit_id = audit::record(&txn, ctx, &resources, json!({ "key": signal.key })).await?;
-    txn.commit().await?;
-    Ok(SignalChange {
-        signal,
-        resources,
-        audit_id,
-    })
+    let details = json!({ "key": signal.key });
+    Change::commit(txn, ctx, signal, resources, details).await
 }
 
 /// Archives a signal; archiving an archived signal keeps its first `archivedAt`.
@@ -232,7 +221,7 @@ pub async fn archive(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-) -> PlatformResult<SignalChange> {
+) -> PlatformResult<Change<signal::Model>> {
     ctx.auth.require_write()?;
     let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
@@ -256,11 +245,5 @@ pub async fn archive(
         model.update(&txn).await?
     };
     let resources = vec![ResourceRef::new("signal", signal.id.clone())];
-    let audit_id = audit::record(&txn, ctx, &resources, json!({})).await?;
-    txn.commit().await?;
-    Ok(SignalChange {
-        signal,
-        resources,
-        audit_id,
-    })
+    Change::commit(txn, ctx, signal, resources, json!({})).await
 }

@@ -120,28 +120,26 @@ pub async fn call(ctx: ToolContext, name: &str, input: Option<Value>) -> ToolRes
     (registered.tool.run)(ctx, input).await
 }
 
-/// The HTTP status and body a failed call answers with, in the spec's shapes: 400 `{error,
-/// details}` or `{error}`, 402 the plan body, 404 and 500 `{error}`. MCP `tools/call` returns the
-/// same body as its error result.
-pub fn error_body(err: &ToolError) -> (u16, Value) {
-    match err {
-        ToolError::Invalid(issues) => (
-            400,
-            serde_json::json!({ "error": "invalid tool call", "details": issues }),
-        ),
-        ToolError::Refused(message) => (400, serde_json::json!({ "error": message })),
-        ToolError::NotFound(message) => (404, serde_json::json!({ "error": message })),
-        ToolError::Internal(_) => (500, serde_json::json!({ "error": "internal error" })),
-        ToolError::Unavailable(message) => (503, serde_json::json!({ "error": message })),
-        ToolError::LimitExceeded { plan, reset_at, .. } => (
-            402,
-            serde_json::json!({
-                "error": err.to_string(),
+impl ToolError {
+    /// The error as a tool's caller in this process reads it (an agent's model sees it as the
+    /// tool's result): the same JSON as the body of a failed `POST /api/tools/call`, whose status
+    /// and typed body `crate::api::errors` decides; a test there holds the two together.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ToolError::Invalid(issues) => {
+                serde_json::json!({ "error": "invalid tool call", "details": issues })
+            }
+            ToolError::Internal(_) => serde_json::json!({ "error": "internal error" }),
+            ToolError::Refused(message)
+            | ToolError::NotFound(message)
+            | ToolError::Unavailable(message) => serde_json::json!({ "error": message }),
+            ToolError::LimitExceeded { plan, reset_at, .. } => serde_json::json!({
+                "error": self.to_string(),
                 "code": "api_limit_exceeded",
                 "plan": plan,
                 "feature": "api_calls",
                 "resetAt": reset_at,
             }),
-        ),
+        }
     }
 }

@@ -141,7 +141,10 @@ db_test!(providers_and_capabilities, |app: TestApp| async move {
 
     let r = app.get(CAPS, CAPS, key).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.body["providers"].as_object().unwrap().len(), 12);
+    // Keyed by provider ID at the top level: a client reads `answer[providerId]`.
+    assert_eq!(r.body.as_object().unwrap().len(), 12);
+    assert_eq!(r.body["google-mail"]["providerId"], "google-mail");
+    assert_eq!(r.body["stripe"]["cliName"], "stripe");
     snap!("capabilities_all", scrub(&r.body, &app.base));
 
     for (asked, id) in [

@@ -102,24 +102,18 @@ pub(super) fn capability(p: &Provider) -> Capability {
     }
 }
 
-/// The capability of the one provider asked for.
+/// The capability of the one provider asked for (the spec's `{provider: Capability}`).
 #[derive(Debug, Object)]
 pub struct ProviderCapability {
     pub provider: Capability,
 }
 
-/// Every provider's capability, keyed by provider ID.
-#[derive(Debug, Object)]
-pub struct AllCapabilities {
-    pub providers: BTreeMap<String, Capability>,
-}
-
-/// One provider's capability when `provider` is given, else every provider's.
+/// `{provider: Capability}` when `provider` is given; without it an object keyed by provider
+/// ID at the top level, `{<providerId>: Capability, ...}`, with every provider.
 #[derive(Debug, Union)]
-#[oai(one_of)]
 pub enum Capabilities {
     One(ProviderCapability),
-    All(AllCapabilities),
+    All(BTreeMap<String, Capability>),
 }
 
 /// Body of connect.

@@ -27,7 +27,7 @@ use crate::{
         capabilities, connections, providers, sessions, setup, IntegrationError, IntegrationResult,
         Provider,
     },
-    request::{JsonBody, ValidationIssue},
+    request::JsonBody,
     types::{ts_opt, Nullable, Timestamp},
 };
 
@@ -114,8 +114,10 @@ impl IntegrationsApi {
     /// Provider capabilities
     ///
     /// How a provider connects (`setupMode`, `requiredFields`), the commands that work for it
-    /// and its follow-up steps. `provider` takes a provider ID or the CLI alias `gmail`; without
-    /// it every provider's capability is returned, keyed by provider ID.
+    /// and its follow-up steps. `provider` takes a provider ID or the CLI alias `gmail` and
+    /// answers `{provider: Capability}`. Without it the answer is an object keyed by provider ID
+    /// at the top level, `{"stripe": Capability, "hubspot": Capability, ...}`, with every
+    /// provider: read `answer[providerId]`.
     #[oai(
         path = "/api/integrations/capabilities",
         method = "get",
@@ -142,12 +144,12 @@ impl IntegrationsApi {
                             provider: capability(p),
                         }))
                     }
-                    None => Ok(Capabilities::All(AllCapabilities {
-                        providers: providers::PROVIDERS
+                    None => Ok(Capabilities::All(
+                        providers::PROVIDERS
                             .iter()
                             .map(|p| (p.id.to_string(), capability(p)))
                             .collect(),
-                    })),
+                    )),
                 }
             }
             .await,

@@ -1,4 +1,5 @@
-//! The responses of `/api/integrations` and how integration errors map onto them.
+//! The responses of `/api/integrations` (integration errors map onto them in
+//! [`crate::api::errors`]).
 
 use super::*;
 
@@ -36,60 +37,7 @@ pub(super) fn integration_bad_request<T: ParseFromJSON + ToJSON + Send + Sync>(
     if err.is::<poem_openapi::error::AuthorizationError>() {
         return IntegrationResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
-    bad_request(request_issues(&err))
-}
-
-pub(super) fn bad_request<T: ParseFromJSON + ToJSON + Send + Sync>(
-    issues: Vec<ValidationIssue>,
-) -> IntegrationResponse<T> {
-    let error = match issues.first() {
-        Some(first) if issues.len() == 1 => format!("invalid request: {}", first.message),
-        _ => format!("invalid request: {} problems", issues.len()),
-    };
-    IntegrationResponse::BadRequest(Json(ErrorBody {
-        error,
-        details: Some(issues),
-    }))
-}
-
-impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for IntegrationResponse<T> {
-    fn from(err: IntegrationError) -> Self {
-        match err {
-            IntegrationError::BadRequest { message, issues } => Self::BadRequest(Json(ErrorBody {
-                error: message,
-                details: (!issues.is_empty()).then_some(issues),
-            })),
-            IntegrationError::Unauthorized(m) => Self::Unauthorized(ErrorBody::new(m)),
-            IntegrationError::Forbidden(m) => {
-                Self::Forbidden(Json(Forbidden::Scope(ErrorBody::new(m).0)))
-            }
-            IntegrationError::ConnectionLimit {
-                plan,
-                current,
-                limit,
-            } => Self::Forbidden(Json(Forbidden::Limit(PlanConnectionLimit {
-                error: format!(
-                    "the {plan} plan allows {limit} integration connection(s) and {current} are \
-                     in use: disconnect one or upgrade the plan"
-                ),
-                code: "plan_connection_limit_exceeded".to_string(),
-                feature: "integration_connections".to_string(),
-                plan,
-                current_connections: current,
-                limit,
-            }))),
-            IntegrationError::NotConnected(m) | IntegrationError::NotFound(m) => {
-                Self::NotFound(ErrorBody::new(m))
-            }
-            IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
-                Self::Unavailable(ErrorBody::new(m))
-            }
-            IntegrationError::Internal(m) => {
-                tracing::error!(message = %m, "integration request failed");
-                Self::Internal(ErrorBody::new("internal error"))
-            }
-        }
-    }
+    crate::api::errors::integration_validation(request_issues(&err))
 }
 
 pub(super) fn answer<T: ParseFromJSON + ToJSON + Send + Sync>(
@@ -130,24 +78,5 @@ pub(super) fn disconnect_bad_request(err: poem::Error) -> DisconnectResponse {
         IntegrationResponse::Unauthorized(b) => DisconnectResponse::Unauthorized(b),
         IntegrationResponse::BadRequest(b) => DisconnectResponse::BadRequest(b),
         _ => DisconnectResponse::Internal(ErrorBody::new("internal error")),
-    }
-}
-
-impl From<IntegrationError> for DisconnectResponse {
-    fn from(err: IntegrationError) -> Self {
-        match err {
-            IntegrationError::NotConnected(message) => {
-                DisconnectResponse::NotConnected(Json(NotConnected {
-                    success: false,
-                    message,
-                }))
-            }
-            IntegrationError::Forbidden(m) => DisconnectResponse::Forbidden(ErrorBody::new(m)),
-            other => match IntegrationResponse::<Disconnected>::from(other) {
-                IntegrationResponse::BadRequest(b) => DisconnectResponse::BadRequest(b),
-                IntegrationResponse::Unauthorized(b) => DisconnectResponse::Unauthorized(b),
-                _ => DisconnectResponse::Internal(ErrorBody::new("internal error")),
-            },
-        }
     }
 }

@@ -1,0 +1,198 @@
+//! What accepted batches do to the customer model, written in the same transaction as their
+//! events: visitors, users and customers resolved or created, journey stages, engagement
+//! sessions, billing status and history, and last activity (which only moves forward).
+//!
+//! `apply_batch` is the sequence; each seam is a file: who a batch and its events are
+//! (`identity`), engagement sessions (`engagement`), billing status (`billing`), the group's
+//! look-ups before (`preload`) and its writes after (`write`).
+
+mod billing;
+mod engagement;
+mod identity;
+mod preload;
+mod write;
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use entity::{engagement_session, visitor};
+use sea_orm::{ConnectionTrait, DbErr};
+
+use crate::engine::{self, evaluate::AppliedEvent};
+
+use super::{
+    store::{self, EventRow},
+    validate::{AcceptedEvent, Batch, Effect},
+};
+use identity::{Attribution, BatchIdentity};
+use preload::{preload_sessions, preload_visitors};
+use write::flush;
+
+pub use engagement::SESSION_IDLE;
+
+/// A user the batch is attributed to.
+#[derive(Debug, Clone)]
+struct UserLink {
+    id: String,
+    customer_id: Option<String>,
+}
+
+/// A visitor row as the group sees it; written once at the end.
+#[derive(Debug, Clone)]
+struct VisitorState {
+    row: visitor::Model,
+    dirty: bool,
+}
+
+/// An engagement session as the group sees it; written once at the end.
+#[derive(Debug, Clone)]
+struct SessionState {
+    row: engagement_session::Model,
+    dirty: bool,
+}
+
+/// Everything one group transaction accumulates before writing it.
+#[derive(Default)]
+struct Group {
+    rows: Vec<EventRow>,
+    visitors: HashMap<(String, String), VisitorState>,
+    /// Current session per (organization, sessionId), plus closed ones still to write.
+    sessions: HashMap<(String, String), SessionState>,
+    closed_sessions: Vec<SessionState>,
+    user_activity: HashMap<String, DateTime<Utc>>,
+    customer_activity: HashMap<String, DateTime<Utc>>,
+}
+
+/// Stores batches' events and applies their effects in the caller's transaction (the
+/// applier's, which also removes them from the journal). Their `messageId` repeats were
+/// dropped when they were acknowledged.
+///
+/// Then the automation engine evaluates the events against the organizations' signals (after
+/// the effects, so each event's user and customer are resolved); returns how many automation
+/// runs that created.
+pub async fn write_batches<C: ConnectionTrait>(
+    conn: &C,
+    batches: &[&Batch],
+) -> Result<usize, DbErr> {
+    let mut group = Group::default();
+    // Every visitor and session the group names is loaded here, so a key missing from
+    // `group.visitors` / `group.sessions` afterwards is one the database does not have.
+    preload_visitors(conn, &mut group, batches).await?;
+    preload_sessions(conn, &mut group, batches).await?;
+    for batch in batches {
+        apply_batch(conn, &mut group, batch).await?;
+    }
+    let mut orgs: Vec<&str> = batches.iter().map(|b| b.organization_id.as_str()).collect();
+    orgs.sort_unstable();
+    orgs.dedup();
+    let rules = engine::evaluate::Rules::load(conn, &orgs).await?;
+    // Only events some signal names are copied for evaluation.
+    let candidates: Vec<AppliedEvent> = if rules.is_empty() {
+        Vec::new()
+    } else {
+        group
+            .rows
+            .iter()
+            .filter(|r| rules.wants(&r.organization_id, &r.event_type, r.event_name.as_deref()))
+            .cloned()
+            .collect()
+    };
+    let rows = std::mem::take(&mut group.rows);
+    store::insert_events(conn, rows).await?;
+    flush(conn, group).await?;
+    engine::evaluate::evaluate(conn, &rules, &candidates).await
+}
+
+/// Applies one batch to the group: who the batch is, then each event's effect, then the event's
+/// row with the user, account and visitor it is attributed to.
+async fn apply_batch<C: ConnectionTrait>(
+    conn: &C,
+    group: &mut Group,
+    batch: &Batch,
+) -> Result<(), DbErr> {
+    let Some(last_event_at) = batch.events.iter().map(|e| e.occurred_at).max() else {
+        return Ok(());
+    };
+    let mut who = BatchIdentity::resolve(conn, group, batch, last_event_at).await?;
+    for event in &batch.events {
+        let mut to = who.attribution(batch);
+        match &event.effect {
+            Effect::None => {}
+            Effect::Identify { .. } => {
+                identity::identify(conn, group, batch, event, &mut who, &mut to).await?
+            }
+            Effect::Attribute { .. } => {
+                identity::attribute(conn, group, batch, event, &mut to).await?
+            }
+            Effect::Engagement {
+                session_id,
+                active_time_ms,
+                total_time_ms,
+            } => engagement::add_engagement(
+                group,
+                &batch.organization_id,
+                session_id,
+                batch.visitor_id.as_deref(),
+                *active_time_ms,
+                *total_time_ms,
+                event.occurred_at,
+            ),
+            Effect::Stage(stage) => {
+                if let Some(u) = &to.user {
+                    identity::set_stage(conn, u, *stage, batch.received_at).await?;
+                }
+            }
+            Effect::Billing {
+                status,
+                customer_id,
+                stripe_customer_id,
+            } => {
+                let id = billing::set_billing(
+                    conn,
+                    &batch.organization_id,
+                    customer_id.as_deref(),
+                    stripe_customer_id.as_deref(),
+                    *status,
+                    event.occurred_at,
+                    batch.received_at,
+                )
+                .await?;
+                to.customer = Some(id);
+            }
+        }
+        record_event(group, batch, event, to);
+    }
+    Ok(())
+}
+
+/// Moves the attributed user's and account's last activity and adds the event's row.
+fn record_event(group: &mut Group, batch: &Batch, event: &AcceptedEvent, to: Attribution) {
+    if let Some(u) = &to.user {
+        bump(&mut group.user_activity, u, event.occurred_at);
+    }
+    if let Some(c) = &to.customer {
+        bump(&mut group.customer_activity, c, event.occurred_at);
+    }
+    group.rows.push(EventRow {
+        id: event.id.clone(),
+        organization_id: batch.organization_id.clone(),
+        message_id: event.message_id.clone(),
+        event_type: event.event_type.to_string(),
+        event_name: event.event_name.clone(),
+        visitor_id: to.visitor,
+        user_id: to.user,
+        customer_id: to.customer,
+        url: event.url.clone(),
+        path: event.path.clone(),
+        occurred_at: event.occurred_at,
+        received_at: batch.received_at,
+        data: event.data.clone(),
+    });
+}
+
+fn bump(map: &mut HashMap<String, DateTime<Utc>>, id: &str, at: DateTime<Utc>) {
+    let entry = map.entry(id.to_string()).or_insert(at);
+    if at > *entry {
+        *entry = at;
+    }
+}
