@@ -355,7 +355,7 @@ pub async fn evaluate<C: ConnectionTrait>(
         return Ok(0);
     }
     let ids = Identities::load(conn, events).await?;
-    let mut created = 0;
+    let mut pending = Pending::default();
     for event in events {
         let Some(org_rules) = rules.by_org.get(&event.organization_id) else {
             continue;
@@ -374,10 +374,10 @@ pub async fn evaluate<C: ConnectionTrait>(
             let Some(subject) = resolve_subject(&signal.rule, event, &ids) else {
                 continue;
             };
-            if !occurs(conn, signal, &subject, event, &view).await? {
+            if !occurs(conn, signal, &subject, event, &view, &mut pending).await? {
                 continue;
             }
-            hit(conn, signal, &subject, event, signal_hit::OCCURRENCE).await?;
+            pending.hit(signal, &subject, event, signal_hit::OCCURRENCE);
             for automation in &org_rules.automations {
                 if !automation.signal_ids.contains(&signal.model.id) {
                     continue;
@@ -390,27 +390,30 @@ pub async fn evaluate<C: ConnectionTrait>(
                 {
                     continue;
                 }
-                let Some(occurred) =
-                    combined(conn, automation, org_rules, signal, &subject, event).await?
-                else {
-                    continue;
-                };
-                if runs::create_for_subject(
+                let occurred = combined(
                     conn,
-                    &automation.model,
-                    &automation.trigger,
+                    automation,
+                    org_rules,
+                    signal,
                     &subject,
                     event,
-                    occurred,
+                    &mut pending,
                 )
-                .await?
-                {
-                    created += 1;
+                .await?;
+                if let Some(signals) = occurred {
+                    pending.runs.push(runs::subject_run(
+                        &automation.model,
+                        &automation.trigger,
+                        &subject,
+                        event,
+                        signals,
+                    ));
                 }
             }
         }
     }
-    Ok(created)
+    pending.flush_hits(conn).await?;
+    runs::insert_new(conn, std::mem::take(&mut pending.runs)).await
 }
 
 /// Whether the event makes the signal occur for the subject (recording pattern steps).
@@ -420,6 +423,7 @@ async fn occurs<C: ConnectionTrait>(
     subject: &Subject,
     event: &AppliedEvent,
     view: &Value,
+    pending: &mut Pending,
 ) -> Result<bool, DbErr> {
     match &signal.rule.pattern {
         Pattern::Match(m) => Ok(m.matches(view)),
@@ -431,7 +435,8 @@ async fn occurs<C: ConnectionTrait>(
             if !matcher.matches(view) {
                 return Ok(false);
             }
-            hit(conn, signal, subject, event, 0).await?;
+            pending.hit(signal, subject, event, 0);
+            pending.flush_hits(conn).await?;
             let count = signal_hit::Entity::find()
                 .filter(signal_hit::Column::SignalId.eq(&signal.model.id))
                 .filter(signal_hit::Column::SubjectId.eq(&subject.id))
@@ -448,8 +453,9 @@ async fn occurs<C: ConnectionTrait>(
                 if !step.matches(view) {
                     continue;
                 }
-                hit(conn, signal, subject, event, i as i32).await?;
+                pending.hit(signal, subject, event, i as i32);
                 if i + 1 == steps.len() {
+                    pending.flush_hits(conn).await?;
                     fires = sequence_complete(conn, signal, subject, event, steps.len(), *within)
                         .await?;
                 }
@@ -493,25 +499,38 @@ async fn sequence_complete<C: ConnectionTrait>(
     Ok(after <= event.occurred_at)
 }
 
-async fn hit<C: ConnectionTrait>(
-    conn: &C,
-    signal: &LoadedSignal,
-    subject: &Subject,
-    event: &AppliedEvent,
-    step: i32,
-) -> Result<(), DbErr> {
-    signal_hit::Entity::insert(signal_hit::ActiveModel {
-        id: Set(crate::ingest::store::time_ordered_id()),
-        organization_id: Set(event.organization_id.clone()),
-        signal_id: Set(signal.model.id.clone()),
-        subject_id: Set(subject.id.clone()),
-        step: Set(step),
-        at: Set(event.occurred_at),
-        event_id: Set(event.id.clone()),
-    })
-    .exec_without_returning(conn)
-    .await?;
-    Ok(())
+/// Hits and runs of one evaluation, written in multi-row statements: hits before anything
+/// reads them back (patterns, `ALL`/`AT_LEAST`) and at the end, runs at the end.
+#[derive(Default)]
+struct Pending {
+    hits: Vec<signal_hit::ActiveModel>,
+    runs: Vec<automation_run::ActiveModel>,
+}
+
+impl Pending {
+    fn hit(&mut self, signal: &LoadedSignal, subject: &Subject, event: &AppliedEvent, step: i32) {
+        self.hits.push(signal_hit::ActiveModel {
+            id: Set(crate::ingest::store::time_ordered_id()),
+            organization_id: Set(event.organization_id.clone()),
+            signal_id: Set(signal.model.id.clone()),
+            subject_id: Set(subject.id.clone()),
+            step: Set(step),
+            at: Set(event.occurred_at),
+            event_id: Set(event.id.clone()),
+        });
+    }
+
+    async fn flush_hits<C: ConnectionTrait>(&mut self, conn: &C) -> Result<(), DbErr> {
+        // 7 columns: 2,000 rows stay under every backend's bound-parameter limit.
+        while !self.hits.is_empty() {
+            let rest = self.hits.split_off(self.hits.len().min(2_000));
+            let chunk = std::mem::replace(&mut self.hits, rest);
+            signal_hit::Entity::insert_many(chunk)
+                .exec_without_returning(conn)
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 /// The signals that occurred for the subject when the automation's match mode is met by this
@@ -523,12 +542,14 @@ async fn combined<C: ConnectionTrait>(
     signal: &LoadedSignal,
     subject: &Subject,
     event: &AppliedEvent,
+    pending: &mut Pending,
 ) -> Result<Option<Vec<Value>>, DbErr> {
     let needed = match automation.trigger.combine {
         Combine::Any => return Ok(Some(vec![signal.reference()])),
         Combine::All => automation.signal_ids.len(),
         Combine::AtLeast(n) => n,
     };
+    pending.flush_hits(conn).await?;
     let occurred: Vec<String> = signal_hit::Entity::find()
         .select_only()
         .column(signal_hit::Column::SignalId)

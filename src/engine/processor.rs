@@ -10,7 +10,8 @@
 //! when the processor failed three times.
 
 use std::{
-    sync::{Arc, OnceLock},
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
     time::Duration,
 };
 
@@ -18,7 +19,7 @@ use chrono::Utc;
 use entity::{
     automation,
     automation_run::{self, status},
-    customer, destination, user,
+    customer, destination, notification_delivery, user,
 };
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::{json, Value};
@@ -30,7 +31,10 @@ use super::{
 };
 use crate::{
     agents::{AgentRuntime, AutomationRunInput},
-    notify::{delivery::deliver_body, DeliveryStatus},
+    notify::{
+        delivery::{attempt_with_retries, deliver_body, pending_row, record_attempts},
+        DeliveryStatus,
+    },
     platform::automations::{self as platform_automations, AutomationView},
     state::AppState,
     tools::{get_customer, ToolContext},
@@ -40,7 +44,9 @@ use crate::{
 /// four attempts with their time-outs).
 const LEASE_SECS: i64 = 180;
 /// Runs processed at once per instance.
-const IN_FLIGHT: usize = 32;
+const IN_FLIGHT: usize = 128;
+/// Runs claimed and written together.
+const BATCH: usize = 64;
 /// How often an idle processor looks for runs other instances created.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How often runs waiting on background retries are settled.
@@ -56,6 +62,17 @@ fn wakeup() -> &'static Notify {
 /// Tells this process's processors that runs were created (they also poll).
 pub fn wake() {
     wakeup().notify_waiters();
+}
+
+/// Claims runs in one write transaction (the claim and the automations' last-run status).
+async fn claim(
+    db: &DatabaseConnection,
+    limit: u64,
+) -> Result<Vec<automation_run::Model>, sea_orm::DbErr> {
+    let txn = crate::db::begin_write(db).await?;
+    let claimed = runs::claim(&txn, limit, chrono::Duration::seconds(LEASE_SECS)).await?;
+    txn.commit().await?;
+    Ok(claimed)
 }
 
 /// Runs the processor until the task is aborted.
@@ -76,26 +93,20 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             let claimed = if free == 0 {
                 Ok(Vec::new())
             } else {
-                runs::claim(
-                    &state.db,
-                    free as u64,
-                    chrono::Duration::seconds(LEASE_SECS),
-                )
-                .await
+                claim(&state.db, free.min(BATCH) as u64).await
             };
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
                     failures = 0;
-                    for run in batch {
-                        let Ok(permit) = permits.clone().acquire_owned().await else {
-                            return;
-                        };
-                        let state = state.clone();
-                        tokio::spawn(async move {
-                            process(&state, run).await;
-                            drop(permit);
-                        });
-                    }
+                    let Ok(permit) = permits.clone().acquire_many_owned(batch.len() as u32).await
+                    else {
+                        return;
+                    };
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        process_batch(&state, batch).await;
+                        drop(permit);
+                    });
                     continue;
                 }
                 Ok(_) => failures = 0,
@@ -425,6 +436,227 @@ async fn try_process(state: &AppState, run: &automation_run::Model) -> anyhow::R
         "automation run processed"
     );
     Ok(())
+}
+
+/// What a run of a batch comes to before anything is written.
+enum Prepared {
+    Skip(String),
+    Deliver {
+        title: String,
+        message: String,
+        body: Value,
+        destinations: Vec<destination::Model>,
+    },
+}
+
+/// Processes claimed runs. Runs with an agent and digests go one by one (an agent run takes
+/// seconds); the others are prepared concurrently and written in two transactions: their
+/// messages and delivery rows before sending, the attempts' results and final statuses after.
+pub async fn process_batch(state: &AppState, batch: Vec<automation_run::Model>) {
+    let db = &state.db;
+    let mut ids: Vec<String> = batch.iter().map(|r| r.automation_id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    let views: HashMap<String, AutomationView> =
+        match platform_automations::views_by_ids(db, ids).await {
+            Ok(v) => v
+                .into_iter()
+                .map(|v| (v.automation.id.clone(), v))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "loading automations for runs failed");
+                for run in batch {
+                    process(state, run).await;
+                }
+                return;
+            }
+        };
+    let (alone, together): (Vec<_>, Vec<_>) = batch.into_iter().partition(|r| {
+        r.subject.is_none()
+            || views
+                .get(&r.automation_id)
+                .is_none_or(|v| v.automation.agent_id.is_some())
+    });
+    let singles = alone.into_iter().map(|run| process(state, run));
+    let grouped = process_together(state, &views, together);
+    futures::future::join(futures::future::join_all(singles), grouped).await;
+}
+
+async fn process_together(
+    state: &AppState,
+    views: &HashMap<String, AutomationView>,
+    runs: Vec<automation_run::Model>,
+) {
+    if runs.is_empty() {
+        return;
+    }
+    let customers: Mutex<HashMap<String, Value>> = Mutex::new(HashMap::new());
+    let prepared = futures::future::join_all(runs.iter().map(|run| async {
+        let view = views.get(&run.automation_id)?;
+        prepare(state, view, run, &customers).await.ok()
+    }))
+    .await;
+    let mut work = Vec::new();
+    for (run, prep) in runs.into_iter().zip(prepared) {
+        match prep {
+            Some(p) => work.push((run, p)),
+            // Fails alone, with its own retries.
+            None => process(state, run).await,
+        }
+    }
+    // 1. Messages, skips and delivery rows, in one transaction.
+    let mut sends = Vec::new();
+    let written: Result<(), sea_orm::DbErr> = async {
+        let txn = crate::db::begin_write(&state.db).await?;
+        for (run, prep) in &work {
+            match prep {
+                Prepared::Skip(reason) => {
+                    let change = Transition {
+                        skip_reason: Some(reason.clone()),
+                        finished: true,
+                        ..Default::default()
+                    };
+                    runs::transition(&txn, run, status::SKIPPED, change).await?;
+                }
+                Prepared::Deliver {
+                    title,
+                    message,
+                    body,
+                    destinations,
+                } => {
+                    let change = Transition {
+                        title: Some(title.clone()),
+                        message: Some(message.clone()),
+                        warnings: Some(Vec::new()),
+                        keep_lease: true,
+                        ..Default::default()
+                    };
+                    runs::transition(&txn, run, status::READY_FOR_DELIVERY, change).await?;
+                    for dest in destinations {
+                        let row = pending_row(&run.organization_id, &dest.id, body, Some(&run.id));
+                        let id = row.id.clone().unwrap();
+                        notification_delivery::Entity::insert(row)
+                            .exec_without_returning(&txn)
+                            .await?;
+                        sends.push((run.id.clone(), id, dest.clone(), body.clone()));
+                    }
+                }
+            }
+        }
+        txn.commit().await
+    }
+    .await;
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "writing a batch of runs failed; each is retried");
+        for (run, _) in work {
+            if let Err(e) = retry_later(&state.db, &run).await {
+                tracing::warn!(run = %run.id, error = %e, "could not put the run back");
+            }
+        }
+        return;
+    }
+    // 2. Every delivery at once.
+    let attempted = futures::future::join_all(
+        sends
+            .iter()
+            .map(|(_, id, dest, body)| attempt_with_retries(&state.secrets, id, dest, body)),
+    )
+    .await;
+    // 3. Results and final statuses, in one transaction.
+    let finished: Result<(), sea_orm::DbErr> = async {
+        let txn = crate::db::begin_write(&state.db).await?;
+        for done in &attempted {
+            record_attempts(&txn, done).await?;
+        }
+        for (run, prep) in &work {
+            if !matches!(prep, Prepared::Deliver { .. }) {
+                continue;
+            }
+            let statuses: Vec<&str> = sends
+                .iter()
+                .zip(&attempted)
+                .filter(|((run_id, ..), _)| *run_id == run.id)
+                .map(|(_, done)| done.status.as_str())
+                .collect();
+            let (to, finished) = match runs::settled_status(&statuses) {
+                Some(s) => (s, true),
+                None => (status::PENDING_DELIVERY, false),
+            };
+            let change = Transition {
+                finished,
+                ..Default::default()
+            };
+            runs::transition(&txn, run, to, change).await?;
+        }
+        txn.commit().await
+    }
+    .await;
+    if let Err(e) = finished {
+        // The deliveries were made; their rows stay leased until the lease lapses, then the
+        // worker and the settling of runs finish them.
+        tracing::warn!(error = %e, "recording a batch's deliveries failed");
+    }
+}
+
+/// Audience, destinations and message of a run without an agent.
+async fn prepare(
+    state: &AppState,
+    view: &AutomationView,
+    run: &automation_run::Model,
+    customers: &Mutex<HashMap<String, Value>>,
+) -> anyhow::Result<Prepared> {
+    let db = &state.db;
+    let org = run.organization_id.as_str();
+    let automation = &view.automation;
+    let subject = run.subject.clone().unwrap_or(Value::Null);
+    let records = subject_records(db, org, &subject).await?;
+    let audience = config::parse_audience(&automation.audience_filter_json)
+        .map_err(|_| anyhow::anyhow!("the automation's audienceFilterJson does not fit"))?;
+    if let Err(reason) =
+        audience.admits(records.customer.as_ref(), records.user.as_ref(), Utc::now())
+    {
+        return Ok(Prepared::Skip(format!(
+            "the subject is outside the audience: {reason}"
+        )));
+    }
+    let destinations = enabled_destinations(view);
+    if destinations.is_empty() {
+        return Ok(Prepared::Skip(
+            "the automation has no enabled destination".to_string(),
+        ));
+    }
+    // One customer's context serves every run of the batch about it.
+    let customer_id = records.customer.as_ref().map(|c| c.id.clone());
+    let cached = customer_id
+        .as_ref()
+        .and_then(|id| customers.lock().ok()?.get(id).cloned());
+    let customer = match cached {
+        Some(c) => c,
+        None => {
+            let c = customer_context(state, org, customer_id.as_deref()).await;
+            if let (Some(id), Ok(mut map)) = (customer_id, customers.lock()) {
+                map.insert(id, c.clone());
+            }
+            c
+        }
+    };
+    let (title, message) = template(automation, run, &customer, None);
+    let body = runs::payload(
+        automation,
+        run,
+        status::READY_FOR_DELIVERY,
+        customer,
+        None,
+        &title,
+        &message,
+        None,
+    );
+    Ok(Prepared::Deliver {
+        title,
+        message,
+        body,
+        destinations,
+    })
 }
 
 fn enabled_destinations(view: &AutomationView) -> Vec<destination::Model> {

@@ -73,28 +73,83 @@ pub async fn insert_once<C: ConnectionTrait>(
 }
 
 /// A subject's run for the bucket the event falls in (`dedupe` `none`: one per event).
-pub async fn create_for_subject<C: ConnectionTrait>(
-    conn: &C,
+pub fn subject_run(
     automation: &automation::Model,
     trigger: &SignalTrigger,
     subject: &Subject,
     event: &AppliedEvent,
     signals: Vec<Value>,
-) -> Result<bool, DbErr> {
+) -> automation_run::ActiveModel {
     let bucket = trigger
         .dedupe
         .bucket(event.received_at)
         .unwrap_or_else(|| format!("event:{}", event.id));
     let key = format!("{}:{}:{bucket}", subject.grain.as_str(), subject.id);
-    let run = new_run(
+    new_run(
         automation,
         key,
         Some(subject.to_json()),
         vec![event.record()],
         signals,
         Utc::now(),
-    );
-    insert_once(conn, run).await
+    )
+}
+
+/// Inserts the runs whose (automation, dedupe key) is new, in multi-row statements, and moves
+/// their automations' last-run fields; returns how many were inserted. For the applier, the
+/// one evaluator at a time: schedule ticks write other keys, so the check cannot race.
+pub async fn insert_new<C: ConnectionTrait>(
+    conn: &C,
+    candidates: Vec<automation_run::ActiveModel>,
+) -> Result<usize, DbErr> {
+    let key_of = |r: &automation_run::ActiveModel| {
+        (
+            r.automation_id.clone().unwrap(),
+            r.dedupe_key.clone().unwrap(),
+        )
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut fresh: Vec<automation_run::ActiveModel> = candidates
+        .into_iter()
+        .filter(|r| seen.insert(key_of(r)))
+        .collect();
+    let mut existing = std::collections::HashSet::new();
+    for chunk in fresh.chunks(400) {
+        let automations: Vec<String> = chunk.iter().map(|r| key_of(r).0).collect();
+        let keys: Vec<String> = chunk.iter().map(|r| key_of(r).1).collect();
+        let found: Vec<(String, String)> = automation_run::Entity::find()
+            .select_only()
+            .column(automation_run::Column::AutomationId)
+            .column(automation_run::Column::DedupeKey)
+            .filter(automation_run::Column::AutomationId.is_in(automations))
+            .filter(automation_run::Column::DedupeKey.is_in(keys))
+            .into_tuple()
+            .all(conn)
+            .await?;
+        existing.extend(found);
+    }
+    fresh.retain(|r| !existing.contains(&key_of(r)));
+    let inserted = fresh.len();
+    let mut newest: std::collections::HashMap<String, DateTime<Utc>> = Default::default();
+    for r in &fresh {
+        let (automation_id, _) = key_of(r);
+        let at = r.triggered_at.clone().unwrap();
+        let entry = newest.entry(automation_id).or_insert(at);
+        *entry = std::cmp::max(*entry, at);
+    }
+    // 21 columns: 1,000 rows stay under every backend's bound-parameter limit.
+    let mut rows = fresh.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(1_000).collect();
+        automation_run::Entity::insert_many(chunk)
+            .on_conflict(insert_ignoring_repeat())
+            .exec_without_returning(conn)
+            .await?;
+    }
+    for (automation_id, at) in newest {
+        follow_newest(conn, &automation_id, at, status::PENDING).await?;
+    }
+    Ok(inserted)
 }
 
 /// Keeps the automation's `lastRunAt`/`lastRunStatus` on its newest run.

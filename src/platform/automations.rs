@@ -104,6 +104,18 @@ impl AutomationView {
     }
 }
 
+/// Automations of any organization by id, with their links (the engine's processor).
+pub async fn views_by_ids<C: ConnectionTrait>(
+    conn: &C,
+    ids: Vec<String>,
+) -> PlatformResult<Vec<AutomationView>> {
+    let rows = automation::Entity::find()
+        .filter(automation::Column::Id.is_in(ids))
+        .all(conn)
+        .await?;
+    views(conn, rows).await
+}
+
 /// Loads the links of several automations in two queries per kind.
 async fn views<C: ConnectionTrait>(
     conn: &C,
