@@ -273,6 +273,37 @@ async fn runs_settled(db: &DatabaseConnection, limit: Duration) -> anyhow::Resul
     Ok(false)
 }
 
+/// Per run of the steady phase (the runs after the first `skip`): milliseconds from the
+/// matching event's acknowledgement to the run's creation, from creation to the processor's
+/// claim, and from the claim to its final status; each sorted.
+async fn stages(
+    db: &DatabaseConnection,
+    skip: u64,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    use sea_orm::QueryOrder;
+    let rows = automation_run::Entity::find()
+        .order_by_asc(automation_run::Column::TriggeredAt)
+        .all(db)
+        .await?;
+    let ms = |d: chrono::Duration| d.num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for r in rows.into_iter().skip(skip as usize) {
+        let acked = r.events[0]["receivedAt"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
+        if let (Some(acked), Some(started), Some(finished)) = (acked, r.started_at, r.finished_at) {
+            a.push(ms(r.triggered_at - acked));
+            b.push(ms(started - r.triggered_at));
+            c.push(ms(finished - started));
+        }
+    }
+    for v in [&mut a, &mut b, &mut c] {
+        v.sort_by(|x, y| x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Equal));
+    }
+    Ok((a, b, c))
+}
+
 fn p(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -380,6 +411,11 @@ pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
         p(&lat, 0.50),
         p(&lat, 0.99),
         lat.last().copied().unwrap_or(0.0)
+    );
+    let (evaluated, queued, processed) = stages(&db, runs_before).await?;
+    println!(
+        "  where the time goes (p50 / p99 ms): acknowledgement -> run made {:.0} / {:.0}, run made -> claimed {:.0} / {:.0}, claimed -> finished {:.0} / {:.0}",
+        p(&evaluated, 0.5), p(&evaluated, 0.99), p(&queued, 0.5), p(&queued, 0.99), p(&processed, 0.5), p(&processed, 0.99)
     );
     let failed = automation_run::Entity::find()
         .filter(automation_run::Column::Status.is_in(["FAILED", "PARTIAL_FAILURE"]))

@@ -44,9 +44,9 @@ use crate::{
 /// four attempts with their time-outs).
 const LEASE_SECS: i64 = 180;
 /// Runs processed at once per instance.
-const IN_FLIGHT: usize = 128;
+const IN_FLIGHT: usize = 512;
 /// Runs claimed and written together.
-const BATCH: usize = 64;
+const BATCH: usize = 128;
 /// How often an idle processor looks for runs other instances created.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How often runs waiting on background retries are settled.
@@ -516,7 +516,7 @@ async fn process_together(
                         finished: true,
                         ..Default::default()
                     };
-                    runs::transition(&txn, run, status::SKIPPED, change).await?;
+                    runs::transition_run(&txn, run, status::SKIPPED, change).await?;
                 }
                 Prepared::Deliver {
                     title,
@@ -531,7 +531,7 @@ async fn process_together(
                         keep_lease: true,
                         ..Default::default()
                     };
-                    runs::transition(&txn, run, status::READY_FOR_DELIVERY, change).await?;
+                    runs::transition_run(&txn, run, status::READY_FOR_DELIVERY, change).await?;
                     for dest in destinations {
                         let row = pending_row(&run.organization_id, &dest.id, body, Some(&run.id));
                         let id = row.id.clone().unwrap();
@@ -543,6 +543,14 @@ async fn process_together(
                 }
             }
         }
+        let moved: Vec<(&automation_run::Model, &str)> = work
+            .iter()
+            .map(|(run, prep)| match prep {
+                Prepared::Skip(_) => (run, status::SKIPPED),
+                Prepared::Deliver { .. } => (run, status::READY_FOR_DELIVERY),
+            })
+            .collect();
+        runs::follow_newest_of(&txn, &moved).await?;
         txn.commit().await
     }
     .await;
@@ -568,6 +576,7 @@ async fn process_together(
         for done in &attempted {
             record_attempts(&txn, done).await?;
         }
+        let mut moved = Vec::new();
         for (run, prep) in &work {
             if !matches!(prep, Prepared::Deliver { .. }) {
                 continue;
@@ -586,8 +595,10 @@ async fn process_together(
                 finished,
                 ..Default::default()
             };
-            runs::transition(&txn, run, to, change).await?;
+            runs::transition_run(&txn, run, to, change).await?;
+            moved.push((run, to));
         }
+        runs::follow_newest_of(&txn, &moved).await?;
         txn.commit().await
     }
     .await;
@@ -596,6 +607,52 @@ async fn process_together(
         // worker and the settling of runs finish them.
         tracing::warn!(error = %e, "recording a batch's deliveries failed");
     }
+}
+
+/// How long a customer's context built for one run serves later runs about the same customer
+/// (a burst of runs about one account reads it once).
+const CUSTOMER_CONTEXT_TTL: Duration = Duration::from_secs(2);
+
+/// A customer's context, shared by the runs of a batch and, for [`CUSTOMER_CONTEXT_TTL`], by
+/// later batches of this instance.
+async fn shared_customer_context(
+    state: &AppState,
+    org: &str,
+    customer_id: Option<String>,
+    batch: &Mutex<HashMap<String, Value>>,
+) -> Value {
+    type Recent = Mutex<HashMap<(String, String), (tokio::time::Instant, Value)>>;
+    static RECENT: OnceLock<Recent> = OnceLock::new();
+    let Some(id) = customer_id else {
+        return Value::Null;
+    };
+    let key = (org.to_string(), id.clone());
+    let recent = RECENT.get_or_init(Default::default);
+    if let Some(hit) = batch.lock().ok().and_then(|m| m.get(&id).cloned()) {
+        return hit;
+    }
+    let fresh = recent.lock().ok().and_then(|m| {
+        m.get(&key)
+            .filter(|(at, _)| at.elapsed() < CUSTOMER_CONTEXT_TTL)
+            .map(|(_, v)| v.clone())
+    });
+    let value = match fresh {
+        Some(v) => v,
+        None => {
+            let v = customer_context(state, org, Some(&id)).await;
+            if let Ok(mut m) = recent.lock() {
+                if m.len() > 10_000 {
+                    m.retain(|_, (at, _)| at.elapsed() < CUSTOMER_CONTEXT_TTL);
+                }
+                m.insert(key, (tokio::time::Instant::now(), v.clone()));
+            }
+            v
+        }
+    };
+    if let Ok(mut m) = batch.lock() {
+        m.insert(id, value.clone());
+    }
+    value
 }
 
 /// Audience, destinations and message of a run without an agent.
@@ -625,21 +682,8 @@ async fn prepare(
             "the automation has no enabled destination".to_string(),
         ));
     }
-    // One customer's context serves every run of the batch about it.
     let customer_id = records.customer.as_ref().map(|c| c.id.clone());
-    let cached = customer_id
-        .as_ref()
-        .and_then(|id| customers.lock().ok()?.get(id).cloned());
-    let customer = match cached {
-        Some(c) => c,
-        None => {
-            let c = customer_context(state, org, customer_id.as_deref()).await;
-            if let (Some(id), Ok(mut map)) = (customer_id, customers.lock()) {
-                map.insert(id, c.clone());
-            }
-            c
-        }
-    };
+    let customer = shared_customer_context(state, org, customer_id, customers).await;
     let (title, message) = template(automation, run, &customer, None);
     let body = runs::payload(
         automation,

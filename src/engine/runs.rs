@@ -198,6 +198,37 @@ pub async fn transition<C: ConnectionTrait>(
     to: &str,
     change: Transition,
 ) -> Result<(), DbErr> {
+    transition_run(conn, run, to, change).await?;
+    follow_newest(conn, &run.automation_id, run.triggered_at, to).await
+}
+
+/// Moves the runs' automations' last-run fields to the newest of `moved` (run, its new status).
+pub async fn follow_newest_of<C: ConnectionTrait>(
+    conn: &C,
+    moved: &[(&automation_run::Model, &str)],
+) -> Result<(), DbErr> {
+    let mut newest: std::collections::HashMap<&str, (DateTime<Utc>, &str)> = Default::default();
+    for (run, to) in moved {
+        let entry = newest
+            .entry(run.automation_id.as_str())
+            .or_insert((run.triggered_at, to));
+        if run.triggered_at >= entry.0 {
+            *entry = (run.triggered_at, to);
+        }
+    }
+    for (automation_id, (at, to)) in newest {
+        follow_newest(conn, automation_id, at, to).await?;
+    }
+    Ok(())
+}
+
+/// Moves a run to `to`, leaving the automation's last-run fields to the caller.
+pub async fn transition_run<C: ConnectionTrait>(
+    conn: &C,
+    run: &automation_run::Model,
+    to: &str,
+    change: Transition,
+) -> Result<(), DbErr> {
     let now = Utc::now();
     let mut update = automation_run::Entity::update_many()
         .col_expr(automation_run::Column::Status, Expr::value(to))
@@ -227,7 +258,7 @@ pub async fn transition<C: ConnectionTrait>(
         .filter(automation_run::Column::Id.eq(&run.id))
         .exec(conn)
         .await?;
-    follow_newest(conn, &run.automation_id, run.triggered_at, to).await
+    Ok(())
 }
 
 /// A run's status from its deliveries' statuses: `None` while some are still retrying.
