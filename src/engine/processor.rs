@@ -54,6 +54,15 @@ const SETTLE_EVERY: Duration = Duration::from_secs(1);
 /// Processor failures after which a run is `FAILED`.
 const MAX_ATTEMPTS: i32 = 3;
 
+/// Set by `bench automations` to measure evaluation alone: processors in this process claim
+/// nothing while it is set (runs wait, nothing is lost).
+static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pauses or resumes every processor of this process (benchmarks only).
+pub fn set_paused(paused: bool) {
+    PAUSED.store(paused, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn wakeup() -> &'static Notify {
     static WAKE: OnceLock<Notify> = OnceLock::new();
     WAKE.get_or_init(Notify::new)
@@ -90,7 +99,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
             }
             let free = permits.available_permits();
-            let claimed = if free == 0 {
+            let claimed = if free == 0 || PAUSED.load(std::sync::atomic::Ordering::Relaxed) {
                 Ok(Vec::new())
             } else {
                 claim(&state.db, free.min(BATCH) as u64).await
