@@ -816,3 +816,52 @@ db_test!(
         assert_eq!(bodies.len(), 20, "no run delivered twice");
     }
 );
+
+db_test!(
+    a_stopped_instances_run_is_picked_up,
+    |app: TestApp| async move {
+        // A run claimed by an instance that stopped mid-way (its lease lapsed) is processed by
+        // another, once.
+        let o = org(&app, "Lease Co").await;
+        let (url, rx) = start_receiver(&[]).await;
+        let (dest, _) = webhook(&app, &o, &format!("{url}/l")).await;
+        let sig = match_signal(&app, &o, "Lease", on_event("lease", json!([]))).await;
+        let auto = automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
+        identify(&app, &o, "hu@lease.co", "acct_lease").await;
+        let subject = user::Entity::find()
+            .filter(user::Column::OrganizationId.eq(&o.id))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        let row = automation::Entity::find_by_id(auto.clone())
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        let now = chrono::Utc::now();
+        let mut run = engine::runs::new_run(
+            &row,
+            "user:lapsed:1".into(),
+            Some(
+                json!({"grain": "user", "id": subject.id, "key": "hu@lease.co",
+                    "name": null, "customerId": subject.customer_id}),
+            ),
+            vec![],
+            vec![],
+            now,
+        );
+        run.status = Set("RUNNING_PROCESSOR".into());
+        run.started_at = Set(Some(now - chrono::Duration::minutes(5)));
+        run.processor_attempts = Set(1);
+        run.lease_until = Set(Some(now - chrono::Duration::seconds(1)));
+        automation_run::Entity::insert(run)
+            .exec_without_returning(&app.db)
+            .await
+            .unwrap();
+        let list = settled_runs(&app, &o, &auto, 1).await;
+        assert_eq!(list[0]["status"], "DELIVERED", "{:#}", list[0]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rx.bodies().len(), 1);
+    }
+);
