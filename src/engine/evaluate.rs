@@ -133,13 +133,11 @@ fn compiled(model: &signal::Model) -> Option<Arc<SignalRule>> {
     rule
 }
 
-/// Enabled, non-archived automations of `orgs` with their active signals, as rules.
+/// Enabled, non-archived automations with their active signals, as rules.
 pub async fn load_enabled<C: ConnectionTrait>(
     conn: &C,
-    orgs: &[&str],
 ) -> Result<(Vec<automation::Model>, HashMap<String, Vec<LoadedSignal>>), DbErr> {
     let automations = automation::Entity::find()
-        .filter(automation::Column::OrganizationId.is_in(orgs.iter().copied()))
         .filter(automation::Column::Enabled.eq(true))
         .filter(automation::Column::ArchivedAt.is_null())
         .all(conn)
@@ -178,10 +176,10 @@ pub async fn load_enabled<C: ConnectionTrait>(
 }
 
 impl Rules {
-    /// Loads the rules of the organizations `orgs`; empty (one query) when none has an enabled
+    /// Loads the rules of every organization; empty (one query) when none has an enabled
     /// automation.
-    pub async fn load<C: ConnectionTrait>(conn: &C, orgs: &[&str]) -> Result<Self, DbErr> {
-        let (automations, per_automation) = load_enabled(conn, orgs).await?;
+    pub async fn load<C: ConnectionTrait>(conn: &C) -> Result<Self, DbErr> {
+        let (automations, per_automation) = load_enabled(conn).await?;
         let mut by_org: HashMap<String, OrgRules> = HashMap::new();
         for model in automations {
             let linked = per_automation.get(&model.id).cloned().unwrap_or_default();
@@ -228,6 +226,43 @@ impl Rules {
             (ty, _) => rules.names.contains(&format!("${ty}")),
         }
     }
+}
+
+/// The rules, kept by an applier while the configuration they were read from is unchanged: each
+/// apply reads only a version (counts and latest changes of automations, signals and their
+/// links), not every enabled automation and signal with their JSON.
+#[derive(Default)]
+pub struct RulesCache {
+    version: Option<String>,
+    rules: Arc<Rules>,
+}
+
+impl RulesCache {
+    pub async fn get<C: ConnectionTrait>(&mut self, conn: &C) -> Result<Arc<Rules>, DbErr> {
+        let version = config_version(conn).await?;
+        if self.version.as_deref() != Some(version.as_str()) {
+            self.rules = Arc::new(Rules::load(conn).await?);
+            self.version = Some(version);
+        }
+        Ok(self.rules.clone())
+    }
+}
+
+/// Changes whenever an automation, a signal or a link between them is added, changed, enabled,
+/// disabled or archived (every such write moves `updated_at` or a count).
+async fn config_version<C: ConnectionTrait>(conn: &C) -> Result<String, DbErr> {
+    let backend = conn.get_database_backend();
+    let sql = "SELECT \
+        (SELECT CAST(COUNT(*) AS TEXT) || '/' || COALESCE(CAST(MAX(updated_at) AS TEXT), '') FROM automations) \
+        || '|' || (SELECT CAST(COUNT(*) AS TEXT) || '/' || COALESCE(CAST(MAX(updated_at) AS TEXT), '') FROM signals) \
+        || '|' || (SELECT CAST(COUNT(*) AS TEXT) FROM automation_signals)";
+    let row = conn
+        .query_one_raw(sea_orm::Statement::from_string(backend, sql))
+        .await?;
+    Ok(match row {
+        Some(r) => r.try_get_by_index::<String>(0)?,
+        None => String::new(),
+    })
 }
 
 /// Who an occurrence is about.

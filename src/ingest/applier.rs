@@ -70,6 +70,8 @@ async fn run(
     mut stopped: watch::Receiver<Option<tokio::time::Instant>>,
 ) {
     let mut last_expiry = tokio::time::Instant::now();
+    // The automation engine's rules, read again only when the configuration changes.
+    let mut rules = crate::engine::evaluate::RulesCache::default();
     let mut failures = 0u32;
     loop {
         let stop_at = *stopped.borrow();
@@ -79,7 +81,7 @@ async fn run(
         let next = if PAUSED.load(std::sync::atomic::Ordering::Relaxed) && stop_at.is_none() {
             Ok(None)
         } else {
-            apply_next(&db).await
+            apply_next(&db, &mut rules).await
         };
         match next {
             Ok(Some(_)) => {
@@ -128,7 +130,10 @@ pub struct Applied {
 
 /// Applies the oldest journaled batches in one transaction; `None` when there was nothing to
 /// apply (or another instance holds the applier's lock).
-pub async fn apply_next(db: &DatabaseConnection) -> Result<Option<Applied>, DbErr> {
+pub async fn apply_next(
+    db: &DatabaseConnection,
+    rules: &mut crate::engine::evaluate::RulesCache,
+) -> Result<Option<Applied>, DbErr> {
     // A read without the write lock first: an idle journal costs no lock.
     if journal::oldest(db, 1).await?.is_empty() {
         return Ok(None);
@@ -142,7 +147,7 @@ pub async fn apply_next(db: &DatabaseConnection) -> Result<Option<Applied>, DbEr
         return Ok(None);
     }
     let batches: Vec<&Batch> = entries.iter().map(|e| &e.batch).collect();
-    let runs_created = effects::write_batches(&txn, &batches).await?;
+    let runs_created = effects::write_batches(&txn, &batches, rules).await?;
     let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
     journal::remove(&txn, &seqs).await?;
     txn.commit().await?;

@@ -73,6 +73,7 @@ struct Group {
 pub async fn write_batches<C: ConnectionTrait>(
     conn: &C,
     batches: &[&Batch],
+    rules: &mut engine::evaluate::RulesCache,
 ) -> Result<usize, DbErr> {
     let mut group = Group::default();
     // Every visitor and session the group names is loaded here, so a key missing from
@@ -82,10 +83,7 @@ pub async fn write_batches<C: ConnectionTrait>(
     for batch in batches {
         apply_batch(conn, &mut group, batch).await?;
     }
-    let mut orgs: Vec<&str> = batches.iter().map(|b| b.organization_id.as_str()).collect();
-    orgs.sort_unstable();
-    orgs.dedup();
-    let rules = engine::evaluate::Rules::load(conn, &orgs).await?;
+    let rules = rules.get(conn).await?;
     // Only events some signal names are copied for evaluation.
     let candidates: Vec<AppliedEvent> = if rules.is_empty() {
         Vec::new()
