@@ -250,6 +250,7 @@ async fn set_enabled(db: &DatabaseConnection, enabled: bool) -> anyhow::Result<(
             automation::Column::EnabledAt,
             Expr::value(enabled.then(Utc::now)),
         )
+        .col_expr(automation::Column::UpdatedAt, Expr::value(Utc::now()))
         .exec(db)
         .await?;
     Ok(())

@@ -252,9 +252,15 @@ impl RulesCache {
 /// disabled or archived (every such write moves `updated_at` or a count).
 async fn config_version<C: ConnectionTrait>(conn: &C) -> Result<String, DbErr> {
     let backend = conn.get_database_backend();
-    let sql = "SELECT \
-        (SELECT CAST(COUNT(*) AS TEXT) || '/' || COALESCE(CAST(MAX(updated_at) AS TEXT), '') FROM automations) \
-        || '|' || (SELECT CAST(COUNT(*) AS TEXT) || '/' || COALESCE(CAST(MAX(updated_at) AS TEXT), '') FROM signals) \
+    // Counts catch enables, disables, archives and links even from writes that leave
+    // `updated_at` alone.
+    let sql = "SELECT (SELECT CAST(COUNT(*) AS TEXT) || '/' \
+        || CAST(COALESCE(SUM(CASE WHEN enabled THEN 1 ELSE 0 END), 0) AS TEXT) || '/' \
+        || CAST(COUNT(archived_at) AS TEXT) || '/' \
+        || COALESCE(CAST(MAX(updated_at) AS TEXT), '') || '/' \
+        || COALESCE(CAST(MAX(enabled_at) AS TEXT), '') FROM automations) \
+        || '|' || (SELECT CAST(COUNT(*) AS TEXT) || '/' || CAST(COUNT(archived_at) AS TEXT) \
+        || '/' || COALESCE(CAST(MAX(updated_at) AS TEXT), '') FROM signals) \
         || '|' || (SELECT CAST(COUNT(*) AS TEXT) FROM automation_signals)";
     let row = conn
         .query_one_raw(sea_orm::Statement::from_string(backend, sql))
