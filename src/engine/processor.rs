@@ -43,8 +43,9 @@ use crate::{
 /// How long a claimed run is an instance's (an agent run takes up to 60 s and deliveries up to
 /// four attempts with their time-outs).
 const LEASE_SECS: i64 = 180;
-/// Runs processed at once per instance.
-const IN_FLIGHT: usize = 512;
+/// Runs processed at once per instance: one batch (more in flight only took CPU from ingest at
+/// peak; docs/performance.md).
+const IN_FLIGHT: usize = 128;
 /// Runs claimed and written together.
 const BATCH: usize = 128;
 /// How often an idle processor looks for runs other instances created.
