@@ -3,9 +3,10 @@
 //! and customer are known), and exactly once (the applier applies each batch once; on
 //! PostgreSQL one instance applies at a time).
 //!
-//! Per applied group: one query finds the enabled automations of the group's organizations
-//! (none: nothing else happens), two more their active signals. Events are first filtered by
-//! name against those signals without touching the database; only candidates are matched,
+//! The rules (enabled automations and their active signals, compiled) are kept by the applier
+//! ([`RulesCache`]) and read again only when a version query says the configuration changed.
+//! Events are first filtered by name against those signals without touching the database;
+//! only candidates are matched,
 //! resolved to a subject, remembered as signal hits, and may create runs. A run is unique per
 //! (automation, dedupe key), so a subject starts at most one run per dedupe bucket.
 
