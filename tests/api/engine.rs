@@ -865,3 +865,65 @@ db_test!(
         assert_eq!(rx.bodies().len(), 1);
     }
 );
+
+db_test!(
+    background_retries_settle_a_pending_delivery_run,
+    |app: TestApp| async move {
+        // Four failed attempts leave the delivery to the notifier's background retries and the run
+        // PENDING_DELIVERY; when a retry succeeds the run becomes DELIVERED.
+        let o = org(&app, "Retry Co").await;
+        let (url, rx) = start_receiver(&[503, 503, 503, 503]).await;
+        let (dest, _) = webhook(&app, &o, &format!("{url}/r")).await;
+        let sig = match_signal(&app, &o, "Retry", on_event("retry_me", json!([]))).await;
+        let auto = automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
+        identify(&app, &o, "iv@retry.co", "acct_retry").await;
+        custom(&app, &o, "iv@retry.co", "retry_me", json!({})).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let pending = loop {
+            let list = runs(&app, &o, &auto).await;
+            if list
+                .first()
+                .is_some_and(|r| r["status"] == "PENDING_DELIVERY")
+            {
+                break list[0].clone();
+            }
+            assert!(std::time::Instant::now() < deadline, "{list:#?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(pending["deliveries"][0]["status"], "retrying");
+        assert_eq!(
+            pending["deliveries"][0]["attempts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            4
+        );
+        // The retry is due now (instead of in 30 s); the worker sends it, the run settles.
+        entity::notification_delivery::Entity::update_many()
+            .col_expr(
+                entity::notification_delivery::Column::NextAttemptAt,
+                sea_orm::sea_query::Expr::value(Some(
+                    chrono::Utc::now() - chrono::Duration::seconds(1),
+                )),
+            )
+            .filter(entity::notification_delivery::Column::OrganizationId.eq(&o.id))
+            .exec(&app.db)
+            .await
+            .unwrap();
+        custintel::notify::worker::run_due(&app.db, &app.state.secrets)
+            .await
+            .unwrap();
+        let list = settled_runs(&app, &o, &auto, 1).await;
+        assert_eq!(list[0]["status"], "DELIVERED", "{:#}", list[0]);
+        assert_eq!(
+            list[0]["deliveries"][0]["attempts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            5
+        );
+        assert_eq!(rx.seen.lock().unwrap().len(), 5);
+        let auto_json = automation_json(&app, &o, &auto).await;
+        assert_eq!(auto_json["lastRunStatus"], "DELIVERED");
+    }
+);
