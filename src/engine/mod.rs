@@ -5,7 +5,8 @@
 //! [`config`] reads stored triggers, audiences and signal definitions; [`matching`] matches one
 //! event; [`evaluate`] runs in the ingest applier's transaction and creates runs; [`runs`] keeps
 //! run rows and statuses; [`processor`] works runs to delivery; [`digest`] lists a schedule
-//! run's subjects; [`schedules`] starts schedule runs; [`history`] lists runs and makes dry runs.
+//! run's subjects; [`schedules`] starts schedule runs; [`history`] lists runs and makes dry runs;
+//! [`retention`] removes signal hits no window reads any more.
 
 pub mod config;
 pub mod digest;
@@ -13,6 +14,7 @@ pub mod evaluate;
 pub mod history;
 pub mod matching;
 pub mod processor;
+pub mod retention;
 pub mod runs;
 pub mod schedules;
 

@@ -52,6 +52,8 @@ const BATCH: usize = 128;
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// How often runs waiting on background retries are settled.
 const SETTLE_EVERY: Duration = Duration::from_secs(1);
+/// How often old signal hits are removed.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// Processor failures after which a run is `FAILED`.
 const MAX_ATTEMPTS: i32 = 3;
 
@@ -90,9 +92,19 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         let mut last_settle = tokio::time::Instant::now();
+        let mut last_sweep = tokio::time::Instant::now();
         let mut failures = 0u32;
         loop {
             let woken = wakeup().notified();
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                last_sweep = tokio::time::Instant::now();
+                let db = state.db.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = super::retention::sweep(&db).await {
+                        tracing::warn!(error = %e, "removing old signal hits failed");
+                    }
+                });
+            }
             if last_settle.elapsed() >= SETTLE_EVERY {
                 last_settle = tokio::time::Instant::now();
                 if let Err(e) = runs::settle_deliveries(&state.db).await {

@@ -927,3 +927,46 @@ db_test!(
         assert_eq!(auto_json["lastRunStatus"], "DELIVERED");
     }
 );
+
+db_test!(old_signal_hits_are_swept, |app: TestApp| async move {
+    let o = org(&app, "Sweep Co").await;
+    let now = chrono::Utc::now();
+    let hit = |days: i64| entity::signal_hit::ActiveModel {
+        id: Set(uuid::Uuid::new_v4().to_string()),
+        organization_id: Set(o.id.clone()),
+        signal_id: Set("s".into()),
+        subject_id: Set("u".into()),
+        step: Set(-1),
+        at: Set(now - chrono::Duration::days(days)),
+        event_id: Set("e".into()),
+    };
+    for days in [1, 100, 200] {
+        entity::signal_hit::Entity::insert(hit(days))
+            .exec_without_returning(&app.db)
+            .await
+            .unwrap();
+    }
+    let count = || async {
+        entity::signal_hit::Entity::find()
+            .filter(entity::signal_hit::Column::OrganizationId.eq(&o.id))
+            .count(&app.db)
+            .await
+            .unwrap()
+    };
+    // A pattern reading 30 weeks back keeps all three; without it, 90 days are kept.
+    let long = pattern_signal(
+        &app,
+        &o,
+        json!({"grain": "user", "subjectResolver": "email", "pattern": {"type": "count",
+            "eventNames": ["x"], "min": 2, "within": "30w"}}),
+    )
+    .await;
+    assert_eq!(engine::retention::sweep(&app.db).await.unwrap(), 0);
+    assert_eq!(count().await, 3);
+    signal::Entity::delete_by_id(long)
+        .exec(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(engine::retention::sweep(&app.db).await.unwrap(), 2);
+    assert_eq!(count().await, 1);
+});
