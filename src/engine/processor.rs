@@ -76,11 +76,15 @@ pub fn wake() {
     wakeup().notify_waiters();
 }
 
-/// Claims runs in one write transaction (the claim and the automations' last-run status).
+/// Claims runs in one write transaction (the claim and the automations' last-run status), after
+/// a read that finds some due: an idle processor polls without taking SQLite's write lock.
 async fn claim(
     db: &DatabaseConnection,
     limit: u64,
 ) -> Result<Vec<automation_run::Model>, sea_orm::DbErr> {
+    if !runs::any_due(db).await? {
+        return Ok(Vec::new());
+    }
     let txn = crate::db::begin_write(db).await?;
     let claimed = runs::claim(&txn, limit, chrono::Duration::seconds(LEASE_SECS)).await?;
     txn.commit().await?;

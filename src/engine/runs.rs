@@ -312,18 +312,11 @@ pub async fn settle_deliveries<C: ConnectionTrait>(conn: &C) -> Result<usize, Db
     Ok(settled)
 }
 
-/// Claims up to `limit` runs to process: `PENDING` ones whose retry pause is over, and
-/// `RUNNING_PROCESSOR` ones whose instance let its lease lapse. One statement, so two
-/// instances never claim the same run (rows locked and skipped on PostgreSQL).
-pub async fn claim<C: ConnectionTrait>(
-    conn: &C,
-    limit: u64,
-    lease: chrono::Duration,
-) -> Result<Vec<automation_run::Model>, DbErr> {
+/// Runs a processor may claim at `now`: `PENDING` ones whose retry pause is over, and
+/// `RUNNING_PROCESSOR` ones whose lease lapsed.
+fn due_at(now: DateTime<Utc>) -> Condition {
     use automation_run::Column as R;
-    let now = Utc::now();
-    let backend = conn.get_database_backend();
-    let due = Condition::any()
+    Condition::any()
         .add(
             Condition::all().add(R::Status.eq(status::PENDING)).add(
                 Condition::any()
@@ -335,7 +328,33 @@ pub async fn claim<C: ConnectionTrait>(
             Condition::all()
                 .add(R::Status.eq(status::RUNNING_PROCESSOR))
                 .add(R::LeaseUntil.lt(now)),
-        );
+        )
+}
+
+/// Whether any run is due (a read: an idle processor takes no write lock).
+pub async fn any_due<C: ConnectionTrait>(conn: &C) -> Result<bool, DbErr> {
+    Ok(automation_run::Entity::find()
+        .select_only()
+        .column(automation_run::Column::Id)
+        .filter(due_at(Utc::now()))
+        .into_tuple::<String>()
+        .one(conn)
+        .await?
+        .is_some())
+}
+
+/// Claims up to `limit` runs to process: `PENDING` ones whose retry pause is over, and
+/// `RUNNING_PROCESSOR` ones whose instance let its lease lapse. One statement, so two
+/// instances never claim the same run (rows locked and skipped on PostgreSQL).
+pub async fn claim<C: ConnectionTrait>(
+    conn: &C,
+    limit: u64,
+    lease: chrono::Duration,
+) -> Result<Vec<automation_run::Model>, DbErr> {
+    use automation_run::Column as R;
+    let now = Utc::now();
+    let backend = conn.get_database_backend();
+    let due = due_at(now);
     let mut pick = Query::select();
     pick.column(R::Id)
         .from(automation_run::Entity)
