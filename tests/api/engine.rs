@@ -366,6 +366,10 @@ db_test!(matching_dedupe_and_run_routes, |app: TestApp| async move {
     assert_eq!(list[0]["status"], "DELIVERED");
     assert_eq!(rx.bodies().len(), 1);
     assert_eq!(list[0]["events"][0]["data"]["properties"]["rows"], 5000);
+    let listed = app
+        .get(RUNS, &format!("/api/automations/{auto}/runs"), &o.key)
+        .await;
+    snap!("automation_run_list", listed.body);
 
     // The routes: list (status filter, paging), get, tenancy.
     let run_id = list[0]["id"].as_str().unwrap();
@@ -686,10 +690,12 @@ db_test!(
         assert_eq!(by_subject.status, StatusCode::OK, "{}", by_subject.body);
         let neither = app.post(route, &path, &o.key, Some(json!({}))).await;
         assert_eq!(neither.status, StatusCode::BAD_REQUEST);
+        snap!("automation_test_neither", neither.body);
         let unknown = app
             .post(route, &path, &o.key, Some(json!({"eventId": "nope"})))
             .await;
         assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+        snap!("automation_test_unknown_event", unknown.body);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(rx.seen.lock().unwrap().is_empty());
         let stored = automation_run::Entity::find()
@@ -763,6 +769,7 @@ db_test!(
             )
             .await;
         assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+        snap!("automation_enable_stored_json_does_not_fit", r.body);
         assert!(
             r.body.to_string().contains("triggerJson.signalKeys"),
             "{}",
@@ -970,3 +977,109 @@ db_test!(old_signal_hits_are_swept, |app: TestApp| async move {
     assert_eq!(engine::retention::sweep(&app.db).await.unwrap(), 2);
     assert_eq!(count().await, 1);
 });
+
+db_test!(
+    concurrent_clients_and_two_instances,
+    |app: TestApp| async move {
+        // 16 clients at once, through two serving instances: matching events for three subjects
+        // (dedupe `day`: one run each) and for an every-event automation (dedupe `none`: one run per
+        // acknowledged event), while they also enable both automations again and make dry runs.
+        // No 5xx, every run made once and delivered once.
+        const CLIENTS: usize = 16;
+        const EVENTS: usize = 5;
+        let o = org(&app, "Busy Co").await;
+        let (url, rx) = start_receiver(&[]).await;
+        let (dest, _) = webhook(&app, &o, &format!("{url}/b")).await;
+        let sig = match_signal(&app, &o, "Busy", on_event("busy", json!([]))).await;
+        let daily = automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
+        let every = automation(
+            &app,
+            &o,
+            on_signals(&[&sig], &[&dest], "ANY", json!({"dedupe": "none"})),
+        )
+        .await;
+        for i in 0..3 {
+            identify(&app, &o, &format!("u{i}@busy.co"), "acct_busy").await;
+        }
+        let second = app.another_instance().await;
+        let bases = [app.base.clone(), second];
+        let tasks: Vec<_> =
+            (0..CLIENTS)
+                .map(|c| {
+                    let (client, base, key, pk) = (
+                        app.client.clone(),
+                        bases[c % 2].clone(),
+                        o.key.clone(),
+                        o.pk.clone(),
+                    );
+                    let (daily, every) = (daily.clone(), every.clone());
+                    tokio::spawn(async move {
+                        let mut statuses = Vec::new();
+                        let events: Vec<Value> = (0..EVENTS)
+                    .map(|e| json!({"type": "custom", "eventName": "busy", "url": "https://x.co/",
+                        "path": "/", "email": format!("u{}@busy.co", (c + e) % 3),
+                        "messageId": uuid::Uuid::new_v4().to_string()}))
+                    .collect();
+                        let r = client
+                            .post(format!("{base}/api/i/v1/{pk}/events"))
+                            .json(&json!({"source": "server", "events": events}))
+                            .send()
+                            .await
+                            .unwrap();
+                        statuses.push(r.status().as_u16());
+                        for id in [&daily, &every] {
+                            let r = client
+                                .post(format!("{base}/api/automations/{id}/enable"))
+                                .bearer_auth(&key)
+                                .send()
+                                .await
+                                .unwrap();
+                            statuses.push(r.status().as_u16());
+                        }
+                        let r = client
+                            .post(format!("{base}/api/automations/{daily}/test"))
+                            .bearer_auth(&key)
+                            .json(&json!({"subject": {"grain": "user", "key": "u0@busy.co"}}))
+                            .send()
+                            .await
+                            .unwrap();
+                        statuses.push(r.status().as_u16());
+                        statuses
+                    })
+                })
+                .collect();
+        for t in tasks {
+            let statuses = t.await.unwrap();
+            assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+        }
+        app.settle().await;
+        let daily_runs = settled_runs(&app, &o, &daily, 3).await;
+        assert_eq!(daily_runs.len(), 3, "{daily_runs:#?}");
+        let expected = CLIENTS * EVENTS;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let delivered = automation_run::Entity::find()
+                .filter(automation_run::Column::OrganizationId.eq(&o.id))
+                .filter(automation_run::Column::Status.eq("DELIVERED"))
+                .count(&app.db)
+                .await
+                .unwrap() as usize;
+            if delivered >= expected + 3 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{delivered} delivered"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let every_runs = automation_run::Entity::find()
+            .filter(automation_run::Column::AutomationId.eq(&every))
+            .count(&app.db)
+            .await
+            .unwrap() as usize;
+        assert_eq!(every_runs, expected);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rx.bodies().len(), expected + 3, "each run delivered once");
+    }
+);
