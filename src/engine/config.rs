@@ -44,20 +44,9 @@ pub fn under(prefix: &[&str], issues: Issues) -> Issues {
         .collect()
 }
 
-/// A duration in the `<n>h|d|w` form DESIGN.md uses for windows.
+/// A window in the `<n>h|d|w` form DESIGN.md uses (the tools' durations, zero excluded).
 pub fn parse_span(raw: &str) -> Option<Duration> {
-    let text = raw.trim();
-    let unit = text.chars().last()?;
-    let amount: i64 = text[..text.len() - unit.len_utf8()].parse().ok()?;
-    if !(1..=100_000).contains(&amount) {
-        return None;
-    }
-    match unit {
-        'h' => Some(Duration::hours(amount)),
-        'd' => Some(Duration::days(amount)),
-        'w' => Some(Duration::weeks(amount)),
-        _ => None,
-    }
+    crate::tools::common::duration(raw).filter(|d| *d > Duration::zero())
 }
 
 fn span_at(obj: &Map<String, Value>, key: &str, issues: &mut Issues) -> Option<Duration> {

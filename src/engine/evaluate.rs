@@ -17,8 +17,7 @@ use std::{
 
 use entity::{automation, automation_run, automation_signal, customer, signal, signal_hit, user};
 use sea_orm::{
-    sea_query::OnConflict, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait,
-    QueryFilter, QuerySelect, Set,
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Set,
 };
 use serde_json::{json, Map, Value};
 
@@ -614,14 +613,4 @@ async fn combined<C: ConnectionTrait>(
             .map(LoadedSignal::reference)
             .collect(),
     ))
-}
-
-/// Creates nothing when the automation's run for this bucket exists already.
-pub fn insert_ignoring_repeat() -> OnConflict {
-    OnConflict::columns([
-        automation_run::Column::AutomationId,
-        automation_run::Column::DedupeKey,
-    ])
-    .do_nothing()
-    .to_owned()
 }

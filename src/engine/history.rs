@@ -5,7 +5,7 @@
 use chrono::Utc;
 use entity::{
     automation_run::{self, status},
-    customer, event, notification_delivery, user,
+    event, notification_delivery, user,
 };
 use sea_orm::{
     ColumnTrait, Condition, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -20,6 +20,7 @@ use super::{
 use crate::{
     platform::{automations as platform_automations, paging, PlatformError, PlatformResult},
     state::AppState,
+    tools::{common::resolve_customer, ToolContext, ToolError},
 };
 
 /// A run with its deliveries.
@@ -201,7 +202,7 @@ pub async fn test(
             (subject, vec![applied.record()], occurred)
         }
         TestInput::Subject { grain, key } => {
-            let subject = find_subject(db, org, &grain, &key).await?;
+            let subject = find_subject(state, org, &grain, &key).await?;
             let occurred = signals.iter().map(LoadedSignal::reference).collect();
             (Some(subject), Vec::new(), occurred)
         }
@@ -288,7 +289,7 @@ async fn find_event(db: &DatabaseConnection, org: &str, id: &str) -> PlatformRes
 /// A subject by grain and key: a customer by id, domain or externalId; a user by email,
 /// externalId or id.
 async fn find_subject(
-    db: &DatabaseConnection,
+    state: &AppState,
     org: &str,
     grain: &str,
     key: &str,
@@ -297,17 +298,16 @@ async fn find_subject(
     let not_found = || PlatformError::NotFound(format!("no {grain} with key `{key}`"));
     match Grain::parse(grain) {
         Some(Grain::Customer) => {
-            let c = customer::Entity::find()
-                .filter(customer::Column::OrganizationId.eq(org))
-                .filter(
-                    Condition::any()
-                        .add(customer::Column::Id.eq(key))
-                        .add(customer::Column::Domain.eq(key.to_lowercase()))
-                        .add(customer::Column::ExternalId.eq(key)),
-                )
-                .one(db)
-                .await?
-                .ok_or_else(not_found)?;
+            // The tools' lookup: id, then domain, then externalId.
+            let ctx = ToolContext {
+                state: state.clone(),
+                organization_id: org.to_string(),
+            };
+            let c = resolve_customer(&ctx, key).await.map_err(|e| match e {
+                ToolError::Unavailable(m) => PlatformError::Unavailable(m),
+                ToolError::Internal(m) => PlatformError::Internal(m),
+                _ => not_found(),
+            })?;
             Ok(Subject {
                 grain: Grain::Customer,
                 id: c.id.clone(),
@@ -317,6 +317,7 @@ async fn find_subject(
             })
         }
         Some(Grain::User) => {
+            let db = &state.db;
             let u = user::Entity::find()
                 .filter(user::Column::OrganizationId.eq(org))
                 .filter(

@@ -31,10 +31,7 @@ use super::{
 };
 use crate::{
     agents::{AgentRuntime, AutomationRunInput},
-    notify::{
-        delivery::{attempt_with_retries, deliver_body, pending_row, record_attempts},
-        DeliveryStatus,
-    },
+    notify::delivery::{attempt_with_retries, pending_row, record_attempts},
     platform::automations::{self as platform_automations, AutomationView},
     state::AppState,
     tools::{get_customer, ToolContext},
@@ -151,32 +148,30 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Processes one claimed run to its next resting status; a failure puts it back to `PENDING`
-/// (with a pause) or, the third time, `FAILED`.
-pub async fn process(state: &AppState, run: automation_run::Model) {
-    if let Err(e) = try_process(state, &run).await {
-        tracing::warn!(run = %run.id, error = %e, attempts = run.processor_attempts, "automation run failed");
-        let outcome = if run.processor_attempts >= MAX_ATTEMPTS {
-            runs::transition(
-                &state.db,
-                &run,
-                status::FAILED,
-                Transition {
-                    warnings: Some(vec![format!(
-                        "the processor failed {} times; last error: {e}",
-                        run.processor_attempts
-                    )]),
-                    finished: true,
-                    ..Default::default()
-                },
-            )
-            .await
-        } else {
-            retry_later(&state.db, &run).await
-        };
-        if let Err(e) = outcome {
-            tracing::warn!(run = %run.id, error = %e, "could not record the run's failure; its lease will lapse");
-        }
+/// A run whose processing failed goes back to `PENDING` (with a pause) or, the third time,
+/// `FAILED`.
+async fn fail(state: &AppState, run: &automation_run::Model, e: anyhow::Error) {
+    tracing::warn!(run = %run.id, error = %e, attempts = run.processor_attempts, "automation run failed");
+    let outcome = if run.processor_attempts >= MAX_ATTEMPTS {
+        runs::transition(
+            &state.db,
+            run,
+            status::FAILED,
+            Transition {
+                warnings: Some(vec![format!(
+                    "the processor failed {} times; last error: {e}",
+                    run.processor_attempts
+                )]),
+                finished: true,
+                ..Default::default()
+            },
+        )
+        .await
+    } else {
+        retry_later(&state.db, run).await
+    };
+    if let Err(e) = outcome {
+        tracing::warn!(run = %run.id, error = %e, "could not record the run's failure; its lease will lapse");
     }
 }
 
@@ -330,154 +325,22 @@ pub fn template(
     (title, message)
 }
 
-async fn try_process(state: &AppState, run: &automation_run::Model) -> anyhow::Result<()> {
-    let db = &state.db;
-    let org = run.organization_id.as_str();
-    let view = platform_automations::get(db, org, &run.automation_id)
-        .await
-        .map_err(|e| anyhow::anyhow!("loading the automation: {e}"))?;
-    let automation = &view.automation;
-    let skip = |reason: String| Transition {
-        skip_reason: Some(reason),
-        finished: true,
-        ..Default::default()
-    };
-
-    // Audience, and a digest's subjects.
-    let mut digest_subjects = None;
-    let customer = match &run.subject {
-        Some(subject) => {
-            let records = subject_records(db, org, subject).await?;
-            let audience = config::parse_audience(&automation.audience_filter_json)
-                .map_err(|_| anyhow::anyhow!("the automation's audienceFilterJson does not fit"))?;
-            if let Err(reason) =
-                audience.admits(records.customer.as_ref(), records.user.as_ref(), Utc::now())
-            {
-                let reason = format!("the subject is outside the audience: {reason}");
-                runs::transition(db, run, status::SKIPPED, skip(reason)).await?;
-                return Ok(());
-            }
-            customer_context(state, org, records.customer.as_ref().map(|c| c.id.as_str())).await
-        }
-        None => {
-            let subjects = digest::subjects(db, &view, run).await?;
-            if subjects.is_empty() {
-                let reason =
-                    "the digest is empty: no subject of the audience qualified".to_string();
-                runs::transition(db, run, status::SKIPPED, skip(reason)).await?;
-                return Ok(());
-            }
-            digest_subjects = Some(subjects);
-            Value::Null
-        }
-    };
-    let destinations = enabled_destinations(&view);
-    if destinations.is_empty() {
-        let reason = "the automation has no enabled destination".to_string();
-        runs::transition(db, run, status::SKIPPED, skip(reason)).await?;
-        return Ok(());
-    }
-
-    // The message: the agent's when it gives one, else the template.
-    let (title, template_message) =
-        template(automation, run, &customer, digest_subjects.as_deref());
-    let mut warnings = Vec::new();
-    let mut message = None;
-    if let Some(agent_id) = &automation.agent_id {
-        let context = runs::payload(
-            automation,
-            run,
-            status::RUNNING_PROCESSOR,
-            customer.clone(),
-            digest_subjects
-                .clone()
-                .map(|s| ("subjects", Value::Array(s))),
-            &title,
-            &template_message,
-            None,
-        );
-        let input = AutomationRunInput {
-            organization_id: uuid::Uuid::parse_str(org)?,
-            agent_id: uuid::Uuid::parse_str(agent_id)?,
-            automation_run_id: uuid::Uuid::parse_str(&run.id)?,
-            context,
-            destination_ids: destinations
-                .iter()
-                .filter_map(|d| uuid::Uuid::parse_str(&d.id).ok())
-                .collect(),
-        };
-        let outcome =
-            crate::agents::run_for_automation(&AgentRuntime::new(state.clone()), input).await;
-        warnings.extend(outcome.warnings);
-        message = outcome.message;
-    }
-    let message = message.unwrap_or(template_message);
-    runs::transition(
-        db,
-        run,
-        status::READY_FOR_DELIVERY,
-        Transition {
-            title: Some(title.clone()),
-            message: Some(message.clone()),
-            warnings: Some(warnings),
-            keep_lease: true,
-            ..Default::default()
-        },
-    )
-    .await?;
-
-    let body = runs::payload(
-        automation,
-        run,
-        status::READY_FOR_DELIVERY,
-        customer,
-        digest_subjects.map(|s| ("subjects", Value::Array(s))),
-        &title,
-        &message,
-        None,
-    );
-    let deliveries =
-        deliver_body(db, &state.secrets, org, destinations, &body, Some(&run.id)).await?;
-    let statuses: Vec<&str> = deliveries.iter().map(|d| d.status.as_str()).collect();
-    let next = runs::settled_status(&statuses);
-    let (to, finished) = match next {
-        Some(s) => (s, true),
-        None => (status::PENDING_DELIVERY, false),
-    };
-    runs::transition(
-        db,
-        run,
-        to,
-        Transition {
-            finished,
-            ..Default::default()
-        },
-    )
-    .await?;
-    tracing::debug!(
-        run = %run.id,
-        automation = %automation.key,
-        status = to,
-        delivered = deliveries.iter().filter(|d| d.status == DeliveryStatus::Delivered).count(),
-        "automation run processed"
-    );
-    Ok(())
-}
-
 /// What a run of a batch comes to before anything is written.
 enum Prepared {
     Skip(String),
     Deliver {
         title: String,
         message: String,
+        warnings: Vec<String>,
         body: Value,
         destinations: Vec<destination::Model>,
     },
 }
 
 /// Processes claimed runs. Runs with an agent and digests go one by one (an agent run takes
-/// seconds); the others are prepared concurrently and written in two transactions: their
-/// messages and delivery rows before sending, the attempts' results and final statuses after.
+/// seconds, so the others do not wait for it); the others as one batch. Either way runs are
+/// prepared concurrently and written in two transactions: their messages and delivery rows
+/// before sending, the attempts' results and final statuses after.
 pub async fn process_batch(state: &AppState, batch: Vec<automation_run::Model>) {
     let db = &state.db;
     let mut ids: Vec<String> = batch.iter().map(|r| r.automation_id.clone()).collect();
@@ -490,9 +353,9 @@ pub async fn process_batch(state: &AppState, batch: Vec<automation_run::Model>) 
                 .map(|v| (v.automation.id.clone(), v))
                 .collect(),
             Err(e) => {
-                tracing::warn!(error = %e, "loading automations for runs failed");
-                for run in batch {
-                    process(state, run).await;
+                let e = anyhow::anyhow!("loading the automations: {e}");
+                for run in &batch {
+                    fail(state, run, anyhow::anyhow!("{e}")).await;
                 }
                 return;
             }
@@ -503,7 +366,9 @@ pub async fn process_batch(state: &AppState, batch: Vec<automation_run::Model>) 
                 .get(&r.automation_id)
                 .is_none_or(|v| v.automation.agent_id.is_some())
     });
-    let singles = alone.into_iter().map(|run| process(state, run));
+    let singles = alone
+        .into_iter()
+        .map(|run| process_together(state, &views, vec![run]));
     let grouped = process_together(state, &views, together);
     futures::future::join(futures::future::join_all(singles), grouped).await;
 }
@@ -518,16 +383,18 @@ async fn process_together(
     }
     let customers: Mutex<HashMap<String, Value>> = Mutex::new(HashMap::new());
     let prepared = futures::future::join_all(runs.iter().map(|run| async {
-        let view = views.get(&run.automation_id)?;
-        prepare(state, view, run, &customers).await.ok()
+        let view = views
+            .get(&run.automation_id)
+            .ok_or_else(|| anyhow::anyhow!("the automation was deleted"))?;
+        prepare(state, view, run, &customers).await
     }))
     .await;
     let mut work = Vec::new();
     for (run, prep) in runs.into_iter().zip(prepared) {
         match prep {
-            Some(p) => work.push((run, p)),
+            Ok(p) => work.push((run, p)),
             // Fails alone, with its own retries.
-            None => process(state, run).await,
+            Err(e) => fail(state, &run, e).await,
         }
     }
     // 1. Messages, skips and delivery rows, in one transaction.
@@ -547,13 +414,14 @@ async fn process_together(
                 Prepared::Deliver {
                     title,
                     message,
+                    warnings,
                     body,
                     destinations,
                 } => {
                     let change = Transition {
                         title: Some(title.clone()),
                         message: Some(message.clone()),
-                        warnings: Some(Vec::new()),
+                        warnings: Some(warnings.clone()),
                         keep_lease: true,
                         ..Default::default()
                     };
@@ -681,7 +549,8 @@ async fn shared_customer_context(
     value
 }
 
-/// Audience, destinations and message of a run without an agent.
+/// What a run comes to: skipped (audience, empty digest, no destination), or its message (the
+/// agent's when the automation has one and it answers, else the template) and body.
 async fn prepare(
     state: &AppState,
     view: &AutomationView,
@@ -691,32 +560,78 @@ async fn prepare(
     let db = &state.db;
     let org = run.organization_id.as_str();
     let automation = &view.automation;
-    let subject = run.subject.clone().unwrap_or(Value::Null);
-    let records = subject_records(db, org, &subject).await?;
-    let audience = config::parse_audience(&automation.audience_filter_json)
-        .map_err(|_| anyhow::anyhow!("the automation's audienceFilterJson does not fit"))?;
-    if let Err(reason) =
-        audience.admits(records.customer.as_ref(), records.user.as_ref(), Utc::now())
-    {
-        return Ok(Prepared::Skip(format!(
-            "the subject is outside the audience: {reason}"
-        )));
-    }
+    let (customer, digest_subjects) = match &run.subject {
+        Some(subject) => {
+            let records = subject_records(db, org, subject).await?;
+            let audience = config::parse_audience(&automation.audience_filter_json)
+                .map_err(|_| anyhow::anyhow!("the automation's audienceFilterJson does not fit"))?;
+            if let Err(reason) =
+                audience.admits(records.customer.as_ref(), records.user.as_ref(), Utc::now())
+            {
+                return Ok(Prepared::Skip(format!(
+                    "the subject is outside the audience: {reason}"
+                )));
+            }
+            let customer_id = records.customer.as_ref().map(|c| c.id.clone());
+            (
+                shared_customer_context(state, org, customer_id, customers).await,
+                None,
+            )
+        }
+        None => {
+            let subjects = digest::subjects(db, view, run).await?;
+            if subjects.is_empty() {
+                return Ok(Prepared::Skip(
+                    "the digest is empty: no subject of the audience qualified".to_string(),
+                ));
+            }
+            (Value::Null, Some(subjects))
+        }
+    };
     let destinations = enabled_destinations(view);
     if destinations.is_empty() {
         return Ok(Prepared::Skip(
             "the automation has no enabled destination".to_string(),
         ));
     }
-    let customer_id = records.customer.as_ref().map(|c| c.id.clone());
-    let customer = shared_customer_context(state, org, customer_id, customers).await;
-    let (title, message) = template(automation, run, &customer, None);
+    let (title, template_message) =
+        template(automation, run, &customer, digest_subjects.as_deref());
+    let subjects = |s: &Option<Vec<Value>>| s.clone().map(|s| ("subjects", Value::Array(s)));
+    let mut warnings = Vec::new();
+    let mut message = None;
+    if let Some(agent_id) = &automation.agent_id {
+        let context = runs::payload(
+            automation,
+            run,
+            status::RUNNING_PROCESSOR,
+            customer.clone(),
+            subjects(&digest_subjects),
+            &title,
+            &template_message,
+            None,
+        );
+        let input = AutomationRunInput {
+            organization_id: uuid::Uuid::parse_str(org)?,
+            agent_id: uuid::Uuid::parse_str(agent_id)?,
+            automation_run_id: uuid::Uuid::parse_str(&run.id)?,
+            context,
+            destination_ids: destinations
+                .iter()
+                .filter_map(|d| uuid::Uuid::parse_str(&d.id).ok())
+                .collect(),
+        };
+        let outcome =
+            crate::agents::run_for_automation(&AgentRuntime::new(state.clone()), input).await;
+        warnings = outcome.warnings;
+        message = outcome.message;
+    }
+    let message = message.unwrap_or(template_message);
     let body = runs::payload(
         automation,
         run,
         status::READY_FOR_DELIVERY,
         customer,
-        None,
+        subjects(&digest_subjects),
         &title,
         &message,
         None,
@@ -724,6 +639,7 @@ async fn prepare(
     Ok(Prepared::Deliver {
         title,
         message,
+        warnings,
         body,
         destinations,
     })

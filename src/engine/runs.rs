@@ -9,7 +9,7 @@ use entity::{
     notification_delivery,
 };
 use sea_orm::{
-    sea_query::{Expr, ExprTrait, Query},
+    sea_query::{Expr, ExprTrait, OnConflict, Query},
     ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, Set,
 };
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::{
     config::SignalTrigger,
-    evaluate::{insert_ignoring_repeat, AppliedEvent, Subject},
+    evaluate::{AppliedEvent, Subject},
 };
 use crate::types::Timestamp;
 
@@ -54,24 +54,6 @@ pub fn new_run(
     }
 }
 
-/// Inserts a run unless the automation has one with its dedupe key; true when inserted.
-pub async fn insert_once<C: ConnectionTrait>(
-    conn: &C,
-    run: automation_run::ActiveModel,
-) -> Result<bool, DbErr> {
-    let automation_id = run.automation_id.clone().unwrap();
-    let triggered_at = run.triggered_at.clone().unwrap();
-    let inserted = automation_run::Entity::insert(run)
-        .on_conflict(insert_ignoring_repeat())
-        .exec_without_returning(conn)
-        .await?;
-    if inserted == 0 {
-        return Ok(false);
-    }
-    follow_newest(conn, &automation_id, triggered_at, status::PENDING).await?;
-    Ok(true)
-}
-
 /// A subject's run for the bucket the event falls in (`dedupe` `none`: one per event).
 pub fn subject_run(
     automation: &automation::Model,
@@ -96,8 +78,9 @@ pub fn subject_run(
 }
 
 /// Inserts the runs whose (automation, dedupe key) is new, in multi-row statements, and moves
-/// their automations' last-run fields; returns how many were inserted. For the applier, the
-/// one evaluator at a time: schedule ticks write other keys, so the check cannot race.
+/// their automations' last-run fields; returns how many were inserted. Callers hold what makes
+/// their keys theirs (the applier is the one evaluator at a time; a schedule tick is claimed
+/// first), and a repeat that races through anyway is ignored by the unique index.
 pub async fn insert_new<C: ConnectionTrait>(
     conn: &C,
     candidates: Vec<automation_run::ActiveModel>,
@@ -142,7 +125,14 @@ pub async fn insert_new<C: ConnectionTrait>(
     while rows.peek().is_some() {
         let chunk: Vec<_> = rows.by_ref().take(1_000).collect();
         automation_run::Entity::insert_many(chunk)
-            .on_conflict(insert_ignoring_repeat())
+            .on_conflict(
+                OnConflict::columns([
+                    automation_run::Column::AutomationId,
+                    automation_run::Column::DedupeKey,
+                ])
+                .do_nothing()
+                .to_owned(),
+            )
             .exec_without_returning(conn)
             .await?;
     }
@@ -390,15 +380,11 @@ pub async fn claim<C: ConnectionTrait>(
         .map(|r| <automation_run::Model as sea_orm::FromQueryResult>::from_query_result(r, ""))
         .collect::<Result<Vec<_>, _>>()?;
     claimed.sort_by_key(|r| r.triggered_at);
-    for run in &claimed {
-        follow_newest(
-            conn,
-            &run.automation_id,
-            run.triggered_at,
-            status::RUNNING_PROCESSOR,
-        )
-        .await?;
-    }
+    let moved: Vec<(&automation_run::Model, &str)> = claimed
+        .iter()
+        .map(|r| (r, status::RUNNING_PROCESSOR))
+        .collect();
+    follow_newest_of(conn, &moved).await?;
     Ok(claimed)
 }
 

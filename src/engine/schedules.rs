@@ -87,9 +87,7 @@ pub async fn tick(db: &DatabaseConnection) -> Result<usize, DbErr> {
             now,
         );
         run.digest_since = Set(previous.or(a.enabled_at));
-        if runs::insert_once(&txn, run).await? {
-            started += 1;
-        }
+        started += runs::insert_new(&txn, vec![run]).await?;
         txn.commit().await?;
     }
     if started > 0 {

@@ -99,28 +99,30 @@ pub fn parse_source_types(field: &str, raw: &[String]) -> ToolResult<Vec<&'stati
     Ok(types)
 }
 
-/// A duration in the tools' form: `<n>h`, `<n>d` or `<n>w`.
-pub fn parse_duration(field: &str, raw: &str) -> ToolResult<Duration> {
+/// A duration in the tools' form: `<n>h`, `<n>d` or `<n>w` (0 to 100,000 of the unit).
+pub fn duration(raw: &str) -> Option<Duration> {
     let text = raw.trim();
-    let invalid = || {
+    let unit = text.chars().last()?;
+    let amount: i64 = text[..text.len() - unit.len_utf8()].parse().ok()?;
+    if !(0..=100_000).contains(&amount) {
+        return None;
+    }
+    match unit {
+        'h' => Some(Duration::hours(amount)),
+        'd' => Some(Duration::days(amount)),
+        'w' => Some(Duration::weeks(amount)),
+        _ => None,
+    }
+}
+
+/// [`duration`] of a tool input field; the error names the field.
+pub fn parse_duration(field: &str, raw: &str) -> ToolResult<Duration> {
+    duration(raw).ok_or_else(|| {
         ToolError::invalid(
             field,
             format!("`{raw}` is not a duration: use a number followed by h, d or w, e.g. `30d`"),
         )
-    };
-    let unit = text.chars().last().ok_or_else(invalid)?;
-    let amount: i64 = text[..text.len() - unit.len_utf8()]
-        .parse()
-        .map_err(|_| invalid())?;
-    if !(0..=100_000).contains(&amount) {
-        return Err(invalid());
-    }
-    match unit {
-        'h' => Ok(Duration::hours(amount)),
-        'd' => Ok(Duration::days(amount)),
-        'w' => Ok(Duration::weeks(amount)),
-        _ => Err(invalid()),
-    }
+    })
 }
 
 /// An ISO 8601 timestamp (RFC 3339, or a bare date meaning its UTC midnight).

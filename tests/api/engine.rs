@@ -99,24 +99,32 @@ async fn webhook(app: &TestApp, o: &Org, url: &str) -> (String, String) {
     )
 }
 
-/// Creates and enables an automation.
-async fn automation(app: &TestApp, o: &Org, body: Value) -> String {
+/// Creates an automation (disabled).
+async fn create_automation(app: &TestApp, o: &Org, body: Value) -> String {
     let r = app
         .post("/api/automations", "/api/automations", &o.key, Some(body))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let id = r.body["result"]["data"]["automation"]["id"]
+    r.body["result"]["data"]["automation"]["id"]
         .as_str()
         .unwrap()
-        .to_string();
-    let r = app
-        .post(
-            "/api/automations/{id}/enable",
-            &format!("/api/automations/{id}/enable"),
-            &o.key,
-            None,
-        )
-        .await;
+        .to_string()
+}
+
+async fn enable(app: &TestApp, o: &Org, id: &str) -> crate::helpers::Reply {
+    app.post(
+        "/api/automations/{id}/enable",
+        &format!("/api/automations/{id}/enable"),
+        &o.key,
+        None,
+    )
+    .await
+}
+
+/// Creates and enables an automation.
+async fn automation(app: &TestApp, o: &Org, body: Value) -> String {
+    let id = create_automation(app, o, body).await;
+    let r = enable(app, o, &id).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     id
 }
@@ -584,28 +592,15 @@ db_test!(
         let o = org(&app, "Schedule Co").await;
         let (url, rx) = start_receiver(&[]).await;
         let (dest, _) = webhook(&app, &o, &format!("{url}/s")).await;
-        let r = app
-            .post(
-                "/api/automations",
-                "/api/automations",
-                &o.key,
-                Some(json!({"name": "Monday digest", "triggerType": "SCHEDULE",
+        let id = create_automation(
+            &app,
+            &o,
+            json!({"name": "Monday digest", "triggerType": "SCHEDULE",
                 "triggerJson": {"cron": "0 9 * * 1", "timezone": "America/New_York"},
-                "matchMode": "ANY", "destinationIds": [dest]})),
-            )
-            .await;
-        let id = r.body["result"]["data"]["automation"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let r = app
-            .post(
-                "/api/automations/{id}/enable",
-                &format!("/api/automations/{id}/enable"),
-                &o.key,
-                None,
-            )
-            .await;
+                "matchMode": "ANY", "destinationIds": [dest]}),
+        )
+        .await;
+        let r = enable(&app, &o, &id).await;
         let next: chrono::DateTime<chrono::Utc> = r.body["result"]["data"]["automation"]
             ["nextRunAt"]
             .as_str()
@@ -653,18 +648,7 @@ db_test!(
         let (url, rx) = start_receiver(&[]).await;
         let (dest, _) = webhook(&app, &o, &format!("{url}/d")).await;
         let sig = match_signal(&app, &o, "Dry", on_event("dry", json!([]))).await;
-        let r = app
-            .post(
-                "/api/automations",
-                "/api/automations",
-                &o.key,
-                Some(on_signals(&[&sig], &[&dest], "ANY", json!({}))),
-            )
-            .await;
-        let id = r.body["result"]["data"]["automation"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let id = create_automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
         identify(&app, &o, "fa@dry.co", "acct_dry").await;
         custom(&app, &o, "fa@dry.co", "dry", json!({"n": 1})).await;
         let event_id = app.events_of(&o.id).await.last().unwrap().id.clone();
@@ -740,18 +724,7 @@ db_test!(
             json!(["triggerJson", "cron"])
         );
         // Stored JSON that does not fit: 409 on enable, naming the field.
-        let r = app
-            .post(
-                "/api/automations",
-                "/api/automations",
-                &o.key,
-                Some(on_signals(&[&sig], &[&dest], "ANY", json!({}))),
-            )
-            .await;
-        let id = r.body["result"]["data"]["automation"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let id = create_automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
         let row = automation::Entity::find_by_id(id.clone())
             .one(&app.db)
             .await
@@ -760,14 +733,7 @@ db_test!(
         let mut m = row.into_active_model();
         m.trigger_json = Set(json!({"signalKeys": ["v"]}));
         m.update(&app.db).await.unwrap();
-        let r = app
-            .post(
-                "/api/automations/{id}/enable",
-                &format!("/api/automations/{id}/enable"),
-                &o.key,
-                None,
-            )
-            .await;
+        let r = enable(&app, &o, &id).await;
         assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
         snap!("automation_enable_stored_json_does_not_fit", r.body);
         assert!(
