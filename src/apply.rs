@@ -16,7 +16,11 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::Utc;
-use entity::{automation, automation_destination, automation_signal, destination, signal};
+use entity::{
+    automation, automation_destination, automation_signal,
+    destination::{self, DestinationSyncStatus},
+    signal,
+};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction,
     EntityTrait, IntoActiveModel, QueryFilter, Set, TransactionTrait,
@@ -1109,7 +1113,7 @@ async fn write_destination(
                 config: Set(config),
                 secret_ciphertext: Set(secret),
                 // Webhooks and Slack incoming webhooks have no provider-side object to sync.
-                sync_status: Set("SYNCED".to_string()),
+                sync_status: Set(DestinationSyncStatus::Synced),
                 last_synced_at: Set(Some(now)),
                 provider_error_code: Set(None),
                 provider_error_message: Set(None),

@@ -13,7 +13,13 @@ use sea_orm::{ActiveModelTrait, DatabaseConnection, EntityTrait, Set, Transactio
 use serde_json::{json, Value};
 
 use crate::{admin, crypto::SecretBox, db, state::AppState};
-use entity::{billing_change, customer, customer::BillingStatus, event, fact, source, user};
+use entity::{
+    billing_change,
+    customer::{self, BillingStatus},
+    event,
+    fact::{self, FactStatus},
+    source, user,
+};
 
 /// Sizes of the generated data set.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,12 +56,6 @@ pub struct Sample {
 pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
 pub(crate) const REGIONS: [&str; 3] = ["EU", "NA", "APAC"];
 pub(crate) const ROLES: [&str; 2] = ["admin", "member"];
-pub(crate) const STATUSES: [&str; 4] = [
-    BillingStatus::Paying.as_str(),
-    BillingStatus::Trialing.as_str(),
-    BillingStatus::Churned.as_str(),
-    BillingStatus::None.as_str(),
-];
 pub(crate) const STAGES: [&str; 5] = [
     "discovered",
     "signed_up",
@@ -117,8 +117,8 @@ async fn load(db: &DatabaseConnection, org: &str, a: &ToolsBenchArgs) -> Result<
     let mut rows = Vec::with_capacity(a.customers);
     let mut history = Vec::with_capacity(a.customers * 2);
     for (i, id) in customer_ids.iter().enumerate() {
-        let status = STATUSES[rng.gen_range(0..STATUSES.len())];
-        let mrr = if status == "PAYING" {
+        let status = BillingStatus::ALL[rng.gen_range(0..BillingStatus::ALL.len())];
+        let mrr = if status == BillingStatus::Paying {
             rng.gen_range(1_000..500_000)
         } else {
             0
@@ -132,7 +132,7 @@ async fn load(db: &DatabaseConnection, org: &str, a: &ToolsBenchArgs) -> Result<
             name: Set(format!("Company {i} {}", WORDS[i % WORDS.len()])),
             domain: Set(Some(domain(i))),
             external_id: Set(Some(format!("cus_{i}"))),
-            billing_status: Set(status.to_string()),
+            billing_status: Set(status),
             mrr_cents: Set(mrr),
             traits: Set(json!({ "plan": PLANS[i % 3], "region": REGIONS[i % 3] })),
             last_activity_at: Set(active),
@@ -144,7 +144,7 @@ async fn load(db: &DatabaseConnection, org: &str, a: &ToolsBenchArgs) -> Result<
             organization_id: Set(org.to_string()),
             customer_id: Set(id.clone()),
             at: Set(created),
-            billing_status: Set("TRIALING".into()),
+            billing_status: Set(BillingStatus::Trialing),
             mrr_cents: Set(0),
             origin: Set("import".into()),
         });
@@ -153,7 +153,7 @@ async fn load(db: &DatabaseConnection, org: &str, a: &ToolsBenchArgs) -> Result<
             organization_id: Set(org.to_string()),
             customer_id: Set(id.clone()),
             at: Set(created + Duration::days(14)),
-            billing_status: Set(status.to_string()),
+            billing_status: Set(status),
             mrr_cents: Set(mrr),
             origin: Set("import".into()),
         });
@@ -221,7 +221,11 @@ async fn load(db: &DatabaseConnection, org: &str, a: &ToolsBenchArgs) -> Result<
                 organization_id: Set(org.to_string()),
                 customer_id: Set(customer_ids[c].clone()),
                 text: Set(format!("Customer cares about {}", WORDS[i % WORDS.len()])),
-                status: Set(["ACTIVE", "ACTIVE", "SUPERSEDED"][i % 3].to_string()),
+                status: Set([
+                    FactStatus::Active,
+                    FactStatus::Active,
+                    FactStatus::Superseded,
+                ][i % 3]),
                 source_type: Set(source_type.to_string()),
                 source_id: Set(source_id),
                 source_occurred_at: Set(occurred),

@@ -14,7 +14,12 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entity::{automation, automation_run, destination, signal};
+use entity::{
+    automation,
+    automation_run::{self, AutomationRunStatus},
+    destination::{self, DestinationSyncStatus},
+    signal,
+};
 use poem::{handler, listener::TcpListener, web::Data, EndpointExt, Route, Server};
 use sea_orm::{
     sea_query::Expr, ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, Set,
@@ -147,7 +152,7 @@ async fn seed(
         enabled: Set(true),
         config: Set(json!({ "url": receiver })),
         secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
-        sync_status: Set("SYNCED".into()),
+        sync_status: Set(DestinationSyncStatus::Synced),
         last_synced_at: Set(None),
         provider_error_code: Set(None),
         provider_error_message: Set(None),
@@ -262,10 +267,10 @@ async fn runs_settled(db: &DatabaseConnection, limit: Duration) -> anyhow::Resul
     while t.elapsed() < limit {
         let open = automation_run::Entity::find()
             .filter(automation_run::Column::Status.is_in([
-                "PENDING",
-                "RUNNING_PROCESSOR",
-                "READY_FOR_DELIVERY",
-                "PENDING_DELIVERY",
+                AutomationRunStatus::Pending,
+                AutomationRunStatus::RunningProcessor,
+                AutomationRunStatus::ReadyForDelivery,
+                AutomationRunStatus::PendingDelivery,
             ]))
             .count(db)
             .await?;
@@ -441,7 +446,10 @@ pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
         p(&evaluated, 0.5), p(&evaluated, 0.99), p(&queued, 0.5), p(&queued, 0.99), p(&processed, 0.5), p(&processed, 0.99)
     );
     let failed = automation_run::Entity::find()
-        .filter(automation_run::Column::Status.is_in(["FAILED", "PARTIAL_FAILURE"]))
+        .filter(automation_run::Column::Status.is_in([
+            AutomationRunStatus::Failed,
+            AutomationRunStatus::PartialFailure,
+        ]))
         .count(&db)
         .await?;
     println!("  failed runs over the whole benchmark: {failed}");

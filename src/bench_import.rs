@@ -49,7 +49,8 @@ pub struct ImportBenchArgs {
 }
 
 // The generated book draws on the same vocabulary as `bench tools`' data set.
-use crate::bench::{PLANS, REGIONS, ROLES, SOURCE_TYPES, STAGES, STATUSES, WORDS};
+use crate::bench::{PLANS, REGIONS, ROLES, SOURCE_TYPES, STAGES, WORDS};
+use entity::{customer::BillingStatus, fact::FactStatus};
 
 fn domain(c: usize) -> String {
     format!("company-{c}.example.com")
@@ -68,12 +69,12 @@ fn write_book(path: &std::path::Path, a: &ImportBenchArgs) -> Result<usize> {
         Ok(())
     };
     for c in 0..a.customers {
-        let status = STATUSES[c % STATUSES.len()];
+        let status = BillingStatus::ALL[c % BillingStatus::ALL.len()];
         line(
             &mut out,
             json!({"kind": "customer", "name": format!("Company {c} {}", WORDS[c % WORDS.len()]),
-                "domain": domain(c), "externalId": format!("cus_{c}"), "billingStatus": status,
-                "mrrCents": if status == "PAYING" { 1_000 + (c as i64 * 37) % 400_000 } else { 0 },
+                "domain": domain(c), "externalId": format!("cus_{c}"), "billingStatus": status.as_str(),
+                "mrrCents": if status == BillingStatus::Paying { 1_000 + (c as i64 * 37) % 400_000 } else { 0 },
                 "traits": {"plan": PLANS[c % 3], "region": REGIONS[c % 3]},
                 "createdAt": "2025-06-01T00:00:00Z"}),
         )?;
@@ -116,7 +117,7 @@ fn write_book(path: &std::path::Path, a: &ImportBenchArgs) -> Result<usize> {
             &mut out,
             json!({"kind": "fact", "customer": domain(c),
                 "text": format!("Cares about {} ({f})", WORDS[f % WORDS.len()]),
-                "status": "ACTIVE", "sourceType": SOURCE_TYPES[s % SOURCE_TYPES.len()],
+                "status": FactStatus::Active.as_str(), "sourceType": SOURCE_TYPES[s % SOURCE_TYPES.len()],
                 "sourceId": format!("src_{s}"), "sourceQuote": WORDS[f % WORDS.len()]}),
         )?;
     }

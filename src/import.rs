@@ -22,7 +22,12 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use entity::{change, customer, customer::BillingStatus, fact, source, user, workspace_user};
+use entity::{
+    change,
+    customer::{self, BillingStatus},
+    fact::{self, FactStatus},
+    source, user, workspace_user, StatusEnum,
+};
 use sea_orm::{
     sea_query::{OnConflict, Query},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbErr,
@@ -177,15 +182,8 @@ pub struct ImportReport {
 /// A line's number and its record, or why it could not be parsed.
 pub type NumberedRecord = (usize, Result<ImportRecord, String>);
 
-const BILLING_STATUSES: [&str; 4] = [
-    BillingStatus::Paying.as_str(),
-    BillingStatus::Trialing.as_str(),
-    BillingStatus::Churned.as_str(),
-    BillingStatus::None.as_str(),
-];
 use entity::user::STAGES;
 const ROLES: [&str; 4] = ["CSM", "MANAGER", "ACCOUNT_OWNER", "ADMIN"];
-const FACT_STATUSES: [&str; 3] = ["ACTIVE", "SUPERSEDED", "RETRACTED"];
 
 /// The one form emails are stored and looked up in: trimmed and lower-case (as ingest writes
 /// them), so a lookup is an equality through the `(organization_id, email)` index.
@@ -796,7 +794,7 @@ impl ChunkRows {
             return Err("a customer needs a `domain` or an `externalId`".into());
         }
         let status = match &r.billing_status {
-            Some(s) => Some(one_of("billingStatus", s.trim(), &BILLING_STATUSES)?),
+            Some(s) => Some(status_of::<BillingStatus>("billingStatus", s.trim())?),
             None => None,
         };
         if r.mrr_cents.is_some_and(|m| m < 0) {
@@ -857,7 +855,7 @@ impl ChunkRows {
                     name,
                     domain,
                     external_id,
-                    billing_status: status.unwrap_or_else(|| "NONE".into()),
+                    billing_status: status.unwrap_or(BillingStatus::None),
                     mrr_cents: r.mrr_cents.unwrap_or(0),
                     traits: Value::Object(r.traits.clone().unwrap_or_default()),
                     last_activity_at: r.last_activity_at,
@@ -1060,11 +1058,10 @@ impl ChunkRows {
         if text.is_empty() {
             return Err("text: must not be empty".into());
         }
-        let status = one_of(
-            "status",
-            r.status.as_deref().map(str::trim).unwrap_or("ACTIVE"),
-            &FACT_STATUSES,
-        )?;
+        let status = match r.status.as_deref() {
+            Some(s) => status_of::<FactStatus>("status", s.trim())?,
+            None => FactStatus::Active,
+        };
         let source_type = source_type("sourceType", &r.source_type)?;
         let customer_at = self.referenced_customer("customer", &r.customer)?;
         let customer_id = self.customers.get(customer_at).id.clone();
@@ -1242,11 +1239,17 @@ fn one_of(field: &str, value: &str, allowed: &[&str]) -> Result<String, String> 
     if allowed.contains(&value) {
         Ok(value.to_string())
     } else {
-        Err(format!(
-            "{field}: `{value}` is not one of {}",
-            allowed.join(", ")
-        ))
+        Err(not_one_of(field, value, allowed))
     }
+}
+
+/// The status `value` names (exact, as stored).
+fn status_of<S: StatusEnum>(field: &str, value: &str) -> Result<S, String> {
+    S::parse(value).ok_or_else(|| not_one_of(field, value, &S::names()))
+}
+
+fn not_one_of(field: &str, value: &str, allowed: &[&str]) -> String {
+    format!("{field}: `{value}` is not one of {}", allowed.join(", "))
 }
 
 fn source_type(field: &str, raw: &str) -> Result<&'static str, String> {

@@ -20,6 +20,7 @@ use prometheus::{
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 
 use crate::ingest::stats;
+use entity::notification_delivery::DeliveryStatus;
 
 /// The process's metrics registered once.
 struct Metrics {
@@ -221,7 +222,7 @@ async fn read_queues(db: &DatabaseConnection, m: &Metrics) -> Result<(), DbErr> 
         .set(backlog.events as i64);
     for (status, count) in counts_by_status(db, "notification_deliveries").await? {
         m.deliveries.with_label_values(&[&status]).set(count);
-        if status == "retrying" {
+        if status == DeliveryStatus::Retrying.as_str() {
             m.queue
                 .with_label_values(&["notification_retries"])
                 .set(count);

@@ -12,8 +12,7 @@ pub struct Model {
     pub automation_run_id: Option<String>,
     /// The schedule tick a scheduled run is for (unique per agent).
     pub scheduled_for: Option<DateTimeUtc>,
-    /// `RUNNING`, `SUCCEEDED`, `FAILED` or `SKIPPED`.
-    pub status: String,
+    pub status: AgentRunStatus,
     #[sea_orm(column_type = "Text", nullable)]
     pub reason: Option<String>,
     pub warnings: Json,
@@ -34,3 +33,13 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// An agent run's `status`: started `RUNNING`, finished once as one of the others.
+    pub enum AgentRunStatus {
+        Running = "RUNNING",
+        Succeeded = "SUCCEEDED",
+        Failed = "FAILED",
+        Skipped = "SKIPPED",
+    }
+}

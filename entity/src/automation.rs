@@ -20,7 +20,7 @@ pub struct Model {
     pub config_hash: Option<String>,
     pub archived_at: Option<DateTimeUtc>,
     pub last_run_at: Option<DateTimeUtc>,
-    pub last_run_status: Option<String>,
+    pub last_run_status: Option<super::automation_run::AutomationRunStatus>,
     pub next_run_at: Option<DateTimeUtc>,
     /// When it was last enabled: only events received since then start its runs.
     pub enabled_at: Option<DateTimeUtc>,

@@ -10,8 +10,7 @@ pub struct Model {
     pub automation_id: String,
     /// Unique per automation: `{grain}:{subjectId}:{bucket}` or `schedule:{tick}`.
     pub dedupe_key: String,
-    /// One of the spec's eight run statuses.
-    pub status: String,
+    pub status: AutomationRunStatus,
     pub triggered_at: DateTimeUtc,
     pub started_at: Option<DateTimeUtc>,
     pub finished_at: Option<DateTimeUtc>,
@@ -41,25 +40,16 @@ pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
 
-/// Run statuses as stored and shown (the spec's `lastRunStatus` values).
-pub mod status {
-    pub const PENDING: &str = "PENDING";
-    pub const SKIPPED: &str = "SKIPPED";
-    pub const RUNNING_PROCESSOR: &str = "RUNNING_PROCESSOR";
-    pub const READY_FOR_DELIVERY: &str = "READY_FOR_DELIVERY";
-    pub const PENDING_DELIVERY: &str = "PENDING_DELIVERY";
-    pub const DELIVERED: &str = "DELIVERED";
-    pub const PARTIAL_FAILURE: &str = "PARTIAL_FAILURE";
-    pub const FAILED: &str = "FAILED";
-
-    pub const ALL: [&str; 8] = [
-        PENDING,
-        SKIPPED,
-        RUNNING_PROCESSOR,
-        READY_FOR_DELIVERY,
-        PENDING_DELIVERY,
-        DELIVERED,
-        PARTIAL_FAILURE,
-        FAILED,
-    ];
+status_enum! {
+    /// A run's status, as stored and shown (the spec's eight `lastRunStatus` values).
+    pub enum AutomationRunStatus {
+        Pending = "PENDING",
+        Skipped = "SKIPPED",
+        RunningProcessor = "RUNNING_PROCESSOR",
+        ReadyForDelivery = "READY_FOR_DELIVERY",
+        PendingDelivery = "PENDING_DELIVERY",
+        Delivered = "DELIVERED",
+        PartialFailure = "PARTIAL_FAILURE",
+        Failed = "FAILED",
+    }
 }

@@ -8,7 +8,7 @@ pub struct Model {
     pub organization_id: String,
     pub customer_id: String,
     pub at: DateTimeUtc,
-    pub billing_status: String,
+    pub billing_status: super::customer::BillingStatus,
     pub mrr_cents: i64,
     pub origin: String,
 }

@@ -7,7 +7,7 @@ pub struct Model {
     pub id: String,
     pub organization_id: String,
     pub provider: String,
-    pub status: String,
+    pub status: SessionStatus,
     pub error: Option<String>,
     pub expires_at: DateTimeUtc,
     pub created_at: DateTimeUtc,
@@ -19,35 +19,12 @@ pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
 
-/// A connect session's `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SessionStatus {
-    Pending,
-    Connected,
-    Failed,
-    Expired,
-}
-
-impl SessionStatus {
-    pub const ALL: [SessionStatus; 4] = [
-        SessionStatus::Pending,
-        SessionStatus::Connected,
-        SessionStatus::Failed,
-        SessionStatus::Expired,
-    ];
-
-    /// The stored form (strings unchanged since the column was created).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SessionStatus::Pending => "pending",
-            SessionStatus::Connected => "connected",
-            SessionStatus::Failed => "failed",
-            SessionStatus::Expired => "expired",
-        }
-    }
-
-    /// The status a stored string names.
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
+status_enum! {
+    /// A connect session's `status` (lower case, as since the column was created).
+    pub enum SessionStatus {
+        Pending = "pending",
+        Connected = "connected",
+        Failed = "failed",
+        Expired = "expired",
     }
 }

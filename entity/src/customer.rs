@@ -9,7 +9,7 @@ pub struct Model {
     pub name: String,
     pub domain: Option<String>,
     pub external_id: Option<String>,
-    pub billing_status: String,
+    pub billing_status: BillingStatus,
     pub mrr_cents: i64,
     pub traits: Json,
     pub last_activity_at: Option<DateTimeUtc>,
@@ -22,54 +22,16 @@ pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
 
-/// A customer's billing status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    EnumIter,
-    DeriveActiveEnum,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[sea_orm(rs_type = "String", db_type = "Text")]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum BillingStatus {
-    #[sea_orm(string_value = "PAYING")]
-    Paying,
-    #[sea_orm(string_value = "TRIALING")]
-    Trialing,
-    #[sea_orm(string_value = "CHURNED")]
-    Churned,
-    #[sea_orm(string_value = "NONE")]
-    None,
-}
-
-impl BillingStatus {
-    /// Every status, in the order lists and messages name them.
-    pub const ALL: [BillingStatus; 4] = [
-        BillingStatus::Paying,
-        BillingStatus::Trialing,
-        BillingStatus::Churned,
-        BillingStatus::None,
-    ];
-
-    /// The stored and wire form (`customers.billing_status`).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            BillingStatus::Paying => "PAYING",
-            BillingStatus::Trialing => "TRIALING",
-            BillingStatus::Churned => "CHURNED",
-            BillingStatus::None => "NONE",
-        }
-    }
-
-    /// The status a stored or sent string names (exact, upper case).
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
+// Stored in `customers.billing_status` and `billing_history.billing_status`; also the wire form
+// of tool inputs, hence serde and a JSON schema (whose description is the doc comment).
+status_enum! {
+    /// A customer's billing status.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+    pub enum BillingStatus {
+        Paying = "PAYING",
+        Trialing = "TRIALING",
+        Churned = "CHURNED",
+        None = "NONE",
     }
 }

@@ -16,7 +16,7 @@ pub struct Model {
     pub enabled: bool,
     pub config: Json,
     pub secret_ciphertext: Option<String>,
-    pub sync_status: String,
+    pub sync_status: DestinationSyncStatus,
     pub last_synced_at: Option<DateTimeUtc>,
     pub provider_error_code: Option<String>,
     pub provider_error_message: Option<String>,
@@ -32,3 +32,13 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// Where a destination stands with its provider.
+    pub enum DestinationSyncStatus {
+        PendingProviderSync = "PENDING_PROVIDER_SYNC",
+        Synced = "SYNCED",
+        ProviderError = "PROVIDER_ERROR",
+        DisabledByProvider = "DISABLED_BY_PROVIDER",
+    }
+}

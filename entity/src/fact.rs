@@ -9,7 +9,7 @@ pub struct Model {
     pub customer_id: String,
     #[sea_orm(column_type = "Text")]
     pub text: String,
-    pub status: String,
+    pub status: FactStatus,
     pub source_type: String,
     pub source_id: String,
     pub source_occurred_at: DateTimeUtc,
@@ -25,3 +25,16 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+// Also the wire form of tool inputs, hence serde and a JSON schema (whose description is the
+// doc comment).
+status_enum! {
+    /// A fact's status.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+    pub enum FactStatus {
+        Active = "ACTIVE",
+        Superseded = "SUPERSEDED",
+        Retracted = "RETRACTED",
+    }
+}

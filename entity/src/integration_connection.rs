@@ -7,7 +7,7 @@ pub struct Model {
     pub id: String,
     pub organization_id: String,
     pub provider: String,
-    pub status: String,
+    pub status: ConnectionStatus,
     pub credentials_ciphertext: Option<String>,
     pub settings: Json,
     pub last_data_received_at: Option<DateTimeUtc>,
@@ -19,3 +19,10 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// A connection's `status`. Disconnecting deletes the row, so `connected` is the one state.
+    pub enum ConnectionStatus {
+        Connected = "connected",
+    }
+}

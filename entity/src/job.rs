@@ -8,7 +8,7 @@ pub struct Model {
     pub organization_id: Option<String>,
     pub kind: String,
     pub payload: Json,
-    pub status: String,
+    pub status: JobStatus,
     pub run_at: DateTimeUtc,
     pub lease_until: Option<DateTimeUtc>,
     pub attempts: i32,
@@ -21,3 +21,11 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// A job's `status`: `running` while claimed (with a lease), `pending` otherwise.
+    pub enum JobStatus {
+        Pending = "pending",
+        Running = "running",
+    }
+}

@@ -8,7 +8,7 @@ pub struct Model {
     pub organization_id: String,
     pub destination_id: String,
     pub payload: Json,
-    pub status: String,
+    pub status: DeliveryStatus,
     pub attempts: i32,
     pub http_status: Option<i32>,
     pub error: Option<String>,
@@ -26,3 +26,15 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+// Serialized as stored: the notify tool's result names each delivery's status.
+status_enum! {
+    /// A delivery's `status`: `retrying` until it is delivered or fails for good.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum DeliveryStatus {
+        Delivered = "delivered",
+        Retrying = "retrying",
+        Failed = "failed",
+    }
+}

@@ -8,7 +8,7 @@ pub struct Model {
     pub organization_id: String,
     pub connection_id: String,
     pub model: String,
-    pub status: String,
+    pub status: SyncRunStatus,
     pub error_message: Option<String>,
     pub started_at: DateTimeUtc,
     pub finished_at: Option<DateTimeUtc>,
@@ -19,40 +19,12 @@ pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
 
-/// A sync run's `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SyncRunStatus {
-    Pending,
-    Running,
-    Success,
-    Failed,
-}
-
-impl SyncRunStatus {
-    pub const ALL: [SyncRunStatus; 4] = [
-        SyncRunStatus::Pending,
-        SyncRunStatus::Running,
-        SyncRunStatus::Success,
-        SyncRunStatus::Failed,
-    ];
-
-    /// The stored form (strings unchanged since the column was created).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SyncRunStatus::Pending => "PENDING",
-            SyncRunStatus::Running => "RUNNING",
-            SyncRunStatus::Success => "SUCCESS",
-            SyncRunStatus::Failed => "FAILED",
-        }
-    }
-
-    /// The status a stored string names.
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
+status_enum! {
+    /// A sync run's `status`.
+    pub enum SyncRunStatus {
+        Pending = "PENDING",
+        Running = "RUNNING",
+        Success = "SUCCESS",
+        Failed = "FAILED",
     }
 }
-
-pub const RUN_PENDING: &str = SyncRunStatus::Pending.as_str();
-pub const RUN_RUNNING: &str = SyncRunStatus::Running.as_str();
-pub const RUN_SUCCESS: &str = SyncRunStatus::Success.as_str();
-pub const RUN_FAILED: &str = SyncRunStatus::Failed.as_str();

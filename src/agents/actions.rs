@@ -8,7 +8,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::tools::{self, registry, send_notification, ToolContext, ToolError};
-use entity::{customer, fact};
+use entity::{
+    customer,
+    fact::{self, FactStatus},
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -213,7 +216,7 @@ async fn create_fact(scope: &ActionScope<'_>, input: FactInput) -> Result<Value,
         organization_id: Set(ctx.organization_id.clone()),
         customer_id: Set(found.id.clone()),
         text: Set(text.clone()),
-        status: Set("ACTIVE".into()),
+        status: Set(FactStatus::Active),
         source_type: Set(AGENT_RUN_SOURCE.into()),
         source_id: Set(scope.run_id.to_string()),
         source_occurred_at: Set(now),

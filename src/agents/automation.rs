@@ -7,9 +7,10 @@ use uuid::Uuid;
 use super::{
     run_loop::{self, RunRequest},
     run_records::RunRecord,
-    status, AgentRuntime, Trigger, NO_MODEL,
+    AgentRuntime, Trigger, NO_MODEL,
 };
 use crate::platform::agents as platform_agents;
+use entity::agent_run::AgentRunStatus;
 
 /// What the engine hands over.
 #[derive(Clone, Debug)]
@@ -64,8 +65,8 @@ pub async fn run_for_automation(runtime: &AgentRuntime, input: AutomationRunInpu
         Ok(Some(run)) => {
             let mut warnings = run.warnings.clone();
             let message = match run.status {
-                status::SUCCEEDED => run.message.clone(),
-                status::SKIPPED => {
+                AgentRunStatus::Succeeded => run.message.clone(),
+                AgentRunStatus::Skipped => {
                     warnings.push(NO_MODEL.to_string());
                     None
                 }

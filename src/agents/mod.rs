@@ -54,14 +54,5 @@ impl Trigger {
     }
 }
 
-/// Run statuses as stored and shown.
-pub mod status {
-    pub const RUNNING: &str = "RUNNING";
-    pub const SUCCEEDED: &str = "SUCCEEDED";
-    pub const FAILED: &str = "FAILED";
-    pub const SKIPPED: &str = "SKIPPED";
-    pub const ALL: [&str; 4] = [RUNNING, SUCCEEDED, FAILED, SKIPPED];
-}
-
 /// The reason (and warning) when no model is configured.
 pub const NO_MODEL: &str = "no language model configured (CUSTINTEL_LLM_BASE_URL)";

@@ -11,12 +11,11 @@ use super::{
     actions::{self, ActionScope},
     model_client::{ChatMessage, ModelClient, ModelError, ToolCall},
     run_records::{self, ActionRecord, RunRecord, ToolCallRecord},
-    status,
     tools_offered::{self, Offered, Toolbox},
     AgentRuntime, NO_MODEL,
 };
 use crate::tools::{self, ToolContext};
-use entity::agent;
+use entity::{agent, agent_run::AgentRunStatus};
 
 /// What a tool result may put into the conversation; longer results are cut (the model is told).
 const MAX_RESULT_CHARS: usize = 24_000;
@@ -49,7 +48,7 @@ pub async fn execute(
         return Ok(None);
     }
     match &runtime.config().llm {
-        None => run.finish(status::SKIPPED, Some(NO_MODEL.to_string())),
+        None => run.finish(AgentRunStatus::Skipped, Some(NO_MODEL.to_string())),
         Some(llm) => {
             let client = ModelClient::new(llm.clone());
             let deadline = Instant::now() + runtime.config().run_timeout;
@@ -63,11 +62,11 @@ pub async fn execute(
             match outcome {
                 Ok(Ok(message)) => {
                     run.message = Some(message);
-                    run.finish(status::SUCCEEDED, None);
+                    run.finish(AgentRunStatus::Succeeded, None);
                 }
-                Ok(Err(reason)) => run.finish(status::FAILED, Some(reason)),
+                Ok(Err(reason)) => run.finish(AgentRunStatus::Failed, Some(reason)),
                 Err(_) => run.finish(
-                    status::FAILED,
+                    AgentRunStatus::Failed,
                     Some(time_limit(runtime.config().run_timeout)),
                 ),
             }
@@ -78,7 +77,7 @@ pub async fn execute(
         agent = %agent.id,
         run = %run.id,
         trigger = run.trigger.as_str(),
-        status = run.status,
+        status = run.status.as_str(),
         turns = run.turns,
         tool_calls = run.tool_calls.len(),
         total_tokens = run.total_tokens,

@@ -9,9 +9,9 @@ use sea_orm::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{status, Trigger};
+use super::Trigger;
 use crate::platform::{agents as platform_agents, PlatformError, PlatformResult};
-use entity::agent_run;
+use entity::agent_run::{self, AgentRunStatus};
 
 /// How long a `RUNNING` row may stay so before a sweep closes it as `FAILED`: well past the run
 /// time limit, so only runs whose instance stopped are closed.
@@ -48,7 +48,7 @@ pub struct RunRecord {
     pub trigger: Trigger,
     pub automation_run_id: Option<String>,
     pub scheduled_for: Option<DateTime<Utc>>,
-    pub status: &'static str,
+    pub status: AgentRunStatus,
     pub reason: Option<String>,
     pub warnings: Vec<String>,
     pub started_at: DateTime<Utc>,
@@ -76,7 +76,7 @@ impl RunRecord {
             trigger,
             automation_run_id,
             scheduled_for,
-            status: status::RUNNING,
+            status: AgentRunStatus::Running,
             reason: None,
             warnings: Vec::new(),
             started_at: Utc::now(),
@@ -90,7 +90,7 @@ impl RunRecord {
         }
     }
 
-    pub fn finish(&mut self, status: &'static str, reason: Option<String>) {
+    pub fn finish(&mut self, status: AgentRunStatus, reason: Option<String>) {
         self.status = status;
         self.reason = reason;
     }
@@ -106,7 +106,7 @@ pub async fn start(db: &DatabaseConnection, run: &RunRecord) -> Result<bool, sea
         trigger: Set(run.trigger.as_str().to_string()),
         automation_run_id: Set(run.automation_run_id.clone()),
         scheduled_for: Set(run.scheduled_for),
-        status: Set(run.status.to_string()),
+        status: Set(run.status),
         reason: Set(run.reason.clone()),
         warnings: Set(json!(run.warnings)),
         started_at: Set(run.started_at),
@@ -172,7 +172,7 @@ pub async fn sweep_abandoned<C: ConnectionTrait>(db: &C) -> Result<u64, sea_orm:
     let now = Utc::now();
     // A read first: most sweeps find nothing, and then take no write lock on SQLite.
     let abandoned = agent_run::Entity::find()
-        .filter(agent_run::Column::Status.eq(status::RUNNING))
+        .filter(agent_run::Column::Status.eq(AgentRunStatus::Running))
         .filter(agent_run::Column::LeaseUntil.lt(now))
         .one(db)
         .await?;
@@ -180,7 +180,10 @@ pub async fn sweep_abandoned<C: ConnectionTrait>(db: &C) -> Result<u64, sea_orm:
         return Ok(0);
     }
     let closed = agent_run::Entity::update_many()
-        .col_expr(agent_run::Column::Status, Expr::value(status::FAILED))
+        .col_expr(
+            agent_run::Column::Status,
+            Expr::value(AgentRunStatus::Failed),
+        )
         .col_expr(
             agent_run::Column::Reason,
             Expr::value("the instance running it stopped before the run finished"),
@@ -190,7 +193,7 @@ pub async fn sweep_abandoned<C: ConnectionTrait>(db: &C) -> Result<u64, sea_orm:
             agent_run::Column::LeaseUntil,
             Expr::value(None::<DateTime<Utc>>),
         )
-        .filter(agent_run::Column::Status.eq(status::RUNNING))
+        .filter(agent_run::Column::Status.eq(AgentRunStatus::Running))
         .filter(agent_run::Column::LeaseUntil.lt(now))
         .exec(db)
         .await?;
@@ -213,14 +216,15 @@ pub async fn list(
     limit: Option<u32>,
     cursor: Option<&str>,
 ) -> PlatformResult<RunPage> {
-    let page = crate::platform::paging::page_request(status_filter, &status::ALL, limit, cursor)?;
+    let page =
+        crate::platform::paging::page_request::<AgentRunStatus>(status_filter, limit, cursor)?;
     let (status_filter, limit, after) = (page.status, page.limit, page.after);
     let agent = platform_agents::get(db, org, agent).await?;
     let mut query = agent_run::Entity::find()
         .filter(agent_run::Column::OrganizationId.eq(org))
         .filter(agent_run::Column::AgentId.eq(agent.id.as_str()));
-    if let Some(s) = &status_filter {
-        query = query.filter(agent_run::Column::Status.eq(s.as_str()));
+    if let Some(s) = status_filter {
+        query = query.filter(agent_run::Column::Status.eq(s));
     }
     if let Some((at, id)) = after {
         query = query.filter(

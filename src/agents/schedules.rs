@@ -18,9 +18,9 @@ use serde_json::json;
 use super::{
     run_loop::{self, RunRequest},
     run_records::{self, RunRecord},
-    status, AgentRuntime, Trigger,
+    AgentRuntime, Trigger,
 };
-use entity::agent;
+use entity::{agent, agent_run::AgentRunStatus};
 
 /// A parsed schedule.
 #[derive(Clone, Debug)]
@@ -167,7 +167,7 @@ pub async fn tick(runtime: &AgentRuntime) -> Result<Vec<RunRecord>, sea_orm::DbE
             destination_ids: Vec::new(),
         };
         if let Some(run) = run_loop::execute(runtime, &agent, run, request).await? {
-            if run.status == status::SUCCEEDED {
+            if run.status == AgentRunStatus::Succeeded {
                 agent::Entity::update_many()
                     .col_expr(
                         agent::Column::LastSuccessfulRunAt,

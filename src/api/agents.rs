@@ -130,6 +130,17 @@ pub enum AgentRunStatus {
     Skipped,
 }
 
+impl From<agent_run::AgentRunStatus> for AgentRunStatus {
+    fn from(stored: agent_run::AgentRunStatus) -> Self {
+        match stored {
+            agent_run::AgentRunStatus::Running => AgentRunStatus::Running,
+            agent_run::AgentRunStatus::Succeeded => AgentRunStatus::Succeeded,
+            agent_run::AgentRunStatus::Failed => AgentRunStatus::Failed,
+            agent_run::AgentRunStatus::Skipped => AgentRunStatus::Skipped,
+        }
+    }
+}
+
 /// One call of a gateway read tool during a run.
 #[derive(Debug, Object)]
 #[oai(rename_all = "camelCase")]
@@ -215,12 +226,7 @@ impl From<agent_run::Model> for AgentRun {
                 _ => AgentRunTrigger::Schedule,
             },
             automation_run_id: Nullable(m.automation_run_id),
-            status: match m.status.as_str() {
-                "SUCCEEDED" => AgentRunStatus::Succeeded,
-                "FAILED" => AgentRunStatus::Failed,
-                "SKIPPED" => AgentRunStatus::Skipped,
-                _ => AgentRunStatus::Running,
-            },
+            status: m.status.into(),
             reason: Nullable(m.reason),
             warnings: list(&m.warnings)
                 .iter()

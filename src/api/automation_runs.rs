@@ -16,8 +16,9 @@ use crate::{
     envelope::{ActionResponse, ResourceRef},
     platform::PlatformError,
     request::{JsonBody, ValidationIssue},
-    types::{parse_enum, ts_opt, Nullable, Timestamp},
+    types::{ts_opt, Nullable, Timestamp},
 };
+use entity::notification_delivery::DeliveryStatus;
 
 /// What a run is about: a user (or an anonymous visitor) or a customer.
 #[derive(Debug, Object)]
@@ -61,6 +62,16 @@ pub enum RunDeliveryStatus {
     /// Failed so far; the notifier retries in the background for up to 24 hours.
     Retrying,
     Failed,
+}
+
+impl From<DeliveryStatus> for RunDeliveryStatus {
+    fn from(stored: DeliveryStatus) -> Self {
+        match stored {
+            DeliveryStatus::Delivered => RunDeliveryStatus::Delivered,
+            DeliveryStatus::Retrying => RunDeliveryStatus::Retrying,
+            DeliveryStatus::Failed => RunDeliveryStatus::Failed,
+        }
+    }
 }
 
 /// A run's delivery to one destination, with every attempt.
@@ -135,7 +146,7 @@ impl From<RunView> for AutomationRun {
         Self {
             id: m.id,
             automation_id: m.automation_id,
-            status: parse_enum(&m.status).unwrap_or(RunStatus::Pending),
+            status: m.status.into(),
             triggered_at: m.triggered_at.into(),
             started_at: ts_opt(m.started_at),
             finished_at: ts_opt(m.finished_at),
@@ -172,11 +183,7 @@ impl From<RunView> for AutomationRun {
                 .into_iter()
                 .map(|d| RunDelivery {
                     destination_id: d.destination_id,
-                    status: match d.status.as_str() {
-                        "delivered" => RunDeliveryStatus::Delivered,
-                        "retrying" => RunDeliveryStatus::Retrying,
-                        _ => RunDeliveryStatus::Failed,
-                    },
+                    status: d.status.into(),
                     attempts: attempts_of(d.attempt_log.as_ref()),
                 })
                 .collect(),

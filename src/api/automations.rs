@@ -20,6 +20,7 @@ use crate::{
     request::JsonBody,
     types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
+use entity::automation_run::AutomationRunStatus;
 
 /// Status of an automation's latest run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
@@ -33,6 +34,21 @@ pub enum RunStatus {
     Delivered,
     PartialFailure,
     Failed,
+}
+
+impl From<AutomationRunStatus> for RunStatus {
+    fn from(stored: AutomationRunStatus) -> Self {
+        match stored {
+            AutomationRunStatus::Pending => RunStatus::Pending,
+            AutomationRunStatus::Skipped => RunStatus::Skipped,
+            AutomationRunStatus::RunningProcessor => RunStatus::RunningProcessor,
+            AutomationRunStatus::ReadyForDelivery => RunStatus::ReadyForDelivery,
+            AutomationRunStatus::PendingDelivery => RunStatus::PendingDelivery,
+            AutomationRunStatus::Delivered => RunStatus::Delivered,
+            AutomationRunStatus::PartialFailure => RunStatus::PartialFailure,
+            AutomationRunStatus::Failed => RunStatus::Failed,
+        }
+    }
 }
 
 /// An automation with its signals and destinations.
@@ -92,11 +108,7 @@ impl From<AutomationView> for Automation {
             config_hash: m.config_hash.into(),
             archived_at: ts_opt(m.archived_at),
             last_run_at: ts_opt(m.last_run_at),
-            last_run_status: m
-                .last_run_status
-                .as_deref()
-                .and_then(parse_enum::<RunStatus>)
-                .into(),
+            last_run_status: m.last_run_status.map(RunStatus::from).into(),
             next_run_at: ts_opt(m.next_run_at),
             created_at: m.created_at.into(),
             updated_at: m.updated_at.into(),

@@ -22,6 +22,7 @@ use crate::{
     },
     request::{PathSegment, ValidationIssue},
 };
+use entity::connect_session::SessionStatus;
 
 /// Escapes text for HTML element and attribute content.
 fn esc(text: &str) -> String {
@@ -79,15 +80,15 @@ pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response {
 fn result_page(view: &SessionView) -> Response {
     let name = esc(view.provider.name);
     let s = &view.session;
-    let (title, body) = match s.status.as_str() {
-        sessions::CONNECTED => (
+    let (title, body) = match s.status {
+        SessionStatus::Connected => (
             format!("{} connected", view.provider.name),
             format!(
                 "<h1 class=\"ok\" id=\"result\" data-status=\"connected\">{name} is connected</h1>\
                  <p>You can close this page and return to the command line.</p>"
             ),
         ),
-        sessions::EXPIRED => (
+        SessionStatus::Expired => (
             "Link expired".to_string(),
             format!(
                 "<h1 id=\"result\" data-status=\"expired\">This link has expired</h1>\
@@ -97,7 +98,8 @@ fn result_page(view: &SessionView) -> Response {
                 esc(view.provider.cli_name())
             ),
         ),
-        _ => (
+        // A pending session shows its form instead (`show`).
+        SessionStatus::Failed | SessionStatus::Pending => (
             format!("{} not connected", view.provider.name),
             format!(
                 "<h1 id=\"result\" data-status=\"failed\">{name} was not connected</h1>\
@@ -194,7 +196,9 @@ fn form_page(
 #[handler]
 pub async fn show(Path(session_id): Path<String>, state: Data<&AppState>) -> Response {
     match sessions::for_page(&state.db, &session_id, Utc::now()).await {
-        Ok(view) if view.session.status == sessions::PENDING => form_page(&view, &[], &Map::new()),
+        Ok(view) if view.session.status == SessionStatus::Pending => {
+            form_page(&view, &[], &Map::new())
+        }
         Ok(view) => result_page(&view),
         Err(e) => super::errors::connect_page_error(e),
     }

@@ -40,6 +40,18 @@ pub enum DestinationSyncStatus {
     DisabledByProvider,
 }
 
+impl From<destination::DestinationSyncStatus> for DestinationSyncStatus {
+    fn from(stored: destination::DestinationSyncStatus) -> Self {
+        use destination::DestinationSyncStatus as Stored;
+        match stored {
+            Stored::PendingProviderSync => DestinationSyncStatus::PendingProviderSync,
+            Stored::Synced => DestinationSyncStatus::Synced,
+            Stored::ProviderError => DestinationSyncStatus::ProviderError,
+            Stored::DisabledByProvider => DestinationSyncStatus::DisabledByProvider,
+        }
+    }
+}
+
 /// Where deliveries go. Secrets are never returned in full.
 #[derive(Debug, Object)]
 #[oai(rename_all = "camelCase")]
@@ -81,7 +93,7 @@ impl From<destination::Model> for Destination {
             kind: parse_enum(&m.kind).unwrap_or(DestinationKind::WebhookEndpoint),
             enabled: m.enabled,
             masked_config: masked.into(),
-            sync_status: parse_enum(&m.sync_status).unwrap_or(DestinationSyncStatus::Synced),
+            sync_status: m.sync_status.into(),
             last_synced_at: ts_opt(m.last_synced_at),
             provider_error_code: m.provider_error_code.into(),
             provider_error_message: m.provider_error_message.into(),

@@ -18,7 +18,7 @@ pub(super) struct SourceKind {
 pub(super) struct SourceTemplate {
     pub(super) title: &'static str,
     /// Billing statuses of the customers this conversation fits.
-    pub(super) statuses: &'static [&'static str],
+    pub(super) statuses: &'static [BillingStatus],
     pub(super) lines: &'static [&'static str],
     pub(super) facts: &'static [FactTemplate],
 }
@@ -26,13 +26,13 @@ pub(super) struct SourceTemplate {
 pub(super) struct FactTemplate {
     pub(super) text: &'static str,
     pub(super) quote: &'static str,
-    pub(super) status: &'static str,
+    pub(super) status: FactStatus,
 }
 
 pub(super) const fn fact_of(
     text: &'static str,
     quote: &'static str,
-    status: &'static str,
+    status: FactStatus,
 ) -> FactTemplate {
     FactTemplate {
         text,
@@ -41,9 +41,9 @@ pub(super) const fn fact_of(
     }
 }
 
-pub(super) const ACTIVE: &str = "ACTIVE";
-pub(super) const SUPERSEDED: &str = "SUPERSEDED";
-pub(super) const RETRACTED: &str = "RETRACTED";
+pub(super) const ACTIVE: FactStatus = FactStatus::Active;
+pub(super) const SUPERSEDED: FactStatus = FactStatus::Superseded;
+pub(super) const RETRACTED: FactStatus = FactStatus::Retracted;
 
 pub(super) const CALLS: &[SourceTemplate] = &[
     SourceTemplate {

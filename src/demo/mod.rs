@@ -27,14 +27,21 @@ use crate::import::{
 };
 use crate::platform::{config_hash, destinations::new_signing_secret, SCHEMA_VERSION};
 use entity::{
-    agent, automation, automation_destination, automation_signal, billing_change,
-    customer::BillingStatus, destination, event, signal, visitor,
+    agent, automation, automation_destination,
+    automation_run::AutomationRunStatus,
+    automation_signal, billing_change,
+    customer::BillingStatus,
+    destination::{self, DestinationSyncStatus},
+    event,
+    fact::FactStatus,
+    signal, visitor,
 };
 
-const PAYING: &str = BillingStatus::Paying.as_str();
-const TRIALING: &str = BillingStatus::Trialing.as_str();
-const CHURNED: &str = BillingStatus::Churned.as_str();
-const NONE: &str = BillingStatus::None.as_str();
+// Short names for the dense tables below (`BillingStatus::None` cannot be imported as `None`).
+const PAYING: BillingStatus = BillingStatus::Paying;
+const TRIALING: BillingStatus = BillingStatus::Trialing;
+const CHURNED: BillingStatus = BillingStatus::Churned;
+const NONE: BillingStatus = BillingStatus::None;
 
 /// Rows per multi-row INSERT, well below SQLite's and Postgres' bound-parameter limits.
 const INSERT_CHUNK: usize = 40;
@@ -74,7 +81,7 @@ const COMPANIES: &[(&str, &str, &str, &str)] = &[
 
 /// Billing status by company index, cycled: a book that is mostly paying, with some trials,
 /// some churn and some free sign-ups.
-const STATUS_CYCLE: [&str; 7] = [PAYING, PAYING, TRIALING, PAYING, CHURNED, PAYING, NONE];
+const STATUS_CYCLE: [BillingStatus; 7] = [PAYING, PAYING, TRIALING, PAYING, CHURNED, PAYING, NONE];
 
 /// Paid plans: (plan, base MRR in cents, MRR step per variant, base seats). Three variants per
 /// plan (index % 3) keep MRR within 9_900..=499_900.
@@ -161,7 +168,7 @@ struct DemoCustomer {
     domain: &'static str,
     industry: &'static str,
     region: &'static str,
-    status: &'static str,
+    status: BillingStatus,
     plan: &'static str,
     seats: i64,
     mrr_cents: i64,
@@ -170,7 +177,7 @@ struct DemoCustomer {
     churned_at: Option<DateTime<Utc>>,
     last_activity_at: Option<DateTime<Utc>>,
     /// (at, billing status, MRR in cents), oldest first; the last entry is the current state.
-    history: Vec<(DateTime<Utc>, &'static str, i64)>,
+    history: Vec<(DateTime<Utc>, BillingStatus, i64)>,
     users: Vec<DemoUser>,
 }
 
@@ -379,13 +386,13 @@ fn plan_customers(now: DateTime<Utc>) -> Vec<DemoCustomer> {
 
 /// The billing status changes that lead to a customer's current status.
 fn billing_timeline(
-    status: &'static str,
+    status: BillingStatus,
     created_at: DateTime<Utc>,
     churned_at: Option<DateTime<Utc>>,
     paid_mrr: i64,
     k: i64,
     now: DateTime<Utc>,
-) -> Vec<(DateTime<Utc>, &'static str, i64)> {
+) -> Vec<(DateTime<Utc>, BillingStatus, i64)> {
     let converted_at = created_at + days(14);
     match status {
         // Every third paying account landed smaller and expanded a month later.
@@ -412,7 +419,7 @@ fn plan_user(
     number: usize,
     j: usize,
     domain: &str,
-    status: &str,
+    status: BillingStatus,
     stale: bool,
     customer_created: DateTime<Utc>,
     customer_activity: Option<DateTime<Utc>>,
@@ -483,7 +490,7 @@ async fn seed_billing_history(
                 organization_id: Set(org_id.to_string()),
                 customer_id: Set(c.id.clone()),
                 at: Set(at),
-                billing_status: Set(status.to_string()),
+                billing_status: Set(status),
                 mrr_cents: Set(mrr),
                 origin: Set("import".to_string()),
             })
@@ -715,7 +722,7 @@ async fn seed_events(
             }
             _ => {
                 let data = json!({
-                    "billingStatus": c.status,
+                    "billingStatus": c.status.as_str(),
                     "mrrCents": c.mrr_cents,
                     "plan": c.plan,
                 });

@@ -272,7 +272,7 @@ pub(super) async fn seed_destinations(
             enabled: Set(enabled),
             config: Set(config),
             secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
-            sync_status: Set("SYNCED".to_string()),
+            sync_status: Set(DestinationSyncStatus::Synced),
             last_synced_at: Set(Some(created_at)),
             provider_error_code: Set(None),
             provider_error_message: Set(None),
@@ -317,7 +317,7 @@ pub(super) async fn seed_automations(
         signals: &'static [&'static str],
         destinations: &'static [&'static str],
         archived_days_ago: Option<i64>,
-        last_run: Option<(&'static str, i64)>,
+        last_run: Option<(AutomationRunStatus, i64)>,
     }
     let specs = [
         // Ready to go: an active signal and the enabled CRM webhook.
@@ -347,7 +347,7 @@ pub(super) async fn seed_automations(
             signals: &["legacy-trial-expiring"],
             destinations: &["crm-webhook"],
             archived_days_ago: Some(30),
-            last_run: Some(("DELIVERED", 35)),
+            last_run: Some((AutomationRunStatus::Delivered, 35)),
         },
         // Its only destination is disabled, so it cannot be enabled until one is added.
         AutomationSpec {
@@ -362,7 +362,7 @@ pub(super) async fn seed_automations(
             signals: &["seat-limit-reached", "pricing-interest"],
             destinations: &["staging-webhook"],
             archived_days_ago: None,
-            last_run: Some(("FAILED", 18)),
+            last_run: Some((AutomationRunStatus::Failed, 18)),
         },
     ];
     for (i, spec) in specs.into_iter().enumerate() {
@@ -396,7 +396,7 @@ pub(super) async fn seed_automations(
             config_hash: Set(Some(hash)),
             archived_at: Set(archived_at),
             last_run_at: Set(last_run_at),
-            last_run_status: Set(spec.last_run.map(|(status, _)| status.to_string())),
+            last_run_status: Set(spec.last_run.map(|(status, _)| status)),
             next_run_at: Set(None),
             enabled_at: Set(None),
             created_at: Set(created_at),

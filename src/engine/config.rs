@@ -11,7 +11,7 @@ use chrono::{DateTime, Datelike, Duration, Utc};
 use chrono_tz::Tz;
 use entity::{
     customer::{self, BillingStatus},
-    user,
+    user, StatusEnum,
 };
 use serde_json::{Map, Value};
 
@@ -299,7 +299,7 @@ fn parse_schedule(obj: &Map<String, Value>, issues: &mut Issues) -> Option<Sched
 /// Who an automation's runs are for (`{}` is everyone).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Audience {
-    pub billing_status: Option<Vec<String>>,
+    pub billing_status: Option<Vec<BillingStatus>>,
     pub min_mrr_cents: Option<i64>,
     pub max_mrr_cents: Option<i64>,
     /// Per trait key, the values it may have (one of).
@@ -365,9 +365,15 @@ pub fn parse_audience(json: &Value) -> Result<Audience, Issues> {
         ],
         &mut issues,
     );
-    let billing: Vec<&str> = BillingStatus::ALL.iter().map(|b| b.as_str()).collect();
+    let billing = BillingStatus::names();
     let mut audience = Audience {
-        billing_status: string_list(obj, "billingStatus", &billing, &mut issues),
+        // Every listed string is one of `billing`, so each parses.
+        billing_status: string_list(obj, "billingStatus", &billing, &mut issues).map(|listed| {
+            listed
+                .iter()
+                .filter_map(|s| BillingStatus::parse(s))
+                .collect()
+        }),
         min_mrr_cents: int_at(obj, "minMrrCents", &mut issues),
         max_mrr_cents: int_at(obj, "maxMrrCents", &mut issues),
         stage: string_list(obj, "stage", &STAGES, &mut issues),
@@ -409,11 +415,12 @@ impl Audience {
         now: DateTime<Utc>,
     ) -> Result<(), String> {
         if let Some(wanted) = &self.billing_status {
-            let status = customer.map(|c| c.billing_status.as_str());
-            if !status.is_some_and(|s| wanted.iter().any(|w| w == s)) {
+            let status = customer.map(|c| c.billing_status);
+            if !status.is_some_and(|s| wanted.contains(&s)) {
+                let wanted: Vec<&str> = wanted.iter().map(|w| w.as_str()).collect();
                 return Err(format!(
                     "billingStatus {} is not one of {}",
-                    status.unwrap_or("(no customer)"),
+                    status.map_or("(no customer)", BillingStatus::as_str),
                     wanted.join(", ")
                 ));
             }

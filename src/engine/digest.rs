@@ -173,7 +173,8 @@ async fn whole_audience(
     let mut out = Vec::new();
     let mut customers = customer::Entity::find().filter(customer::Column::OrganizationId.eq(org));
     if let Some(statuses) = &audience.billing_status {
-        customers = customers.filter(customer::Column::BillingStatus.is_in(statuses.clone()));
+        customers =
+            customers.filter(customer::Column::BillingStatus.is_in(statuses.iter().copied()));
     }
     if let Some(min) = audience.min_mrr_cents {
         customers = customers.filter(customer::Column::MrrCents.gte(min));

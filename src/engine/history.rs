@@ -4,7 +4,7 @@
 
 use chrono::Utc;
 use entity::{
-    automation_run::{self, status},
+    automation_run::{self, AutomationRunStatus},
     event, notification_delivery, user,
 };
 use sea_orm::{
@@ -67,15 +67,15 @@ pub async fn list(
     limit: Option<u32>,
     cursor: Option<&str>,
 ) -> PlatformResult<RunPage> {
-    let page = paging::page_request(status_filter, &status::ALL, limit, cursor)?;
+    let page = paging::page_request::<AutomationRunStatus>(status_filter, limit, cursor)?;
     let automation = platform_automations::get(db, org, automation_id)
         .await?
         .automation;
     let mut query = automation_run::Entity::find()
         .filter(automation_run::Column::OrganizationId.eq(org))
         .filter(automation_run::Column::AutomationId.eq(&automation.id));
-    if let Some(s) = &page.status {
-        query = query.filter(automation_run::Column::Status.eq(s.as_str()));
+    if let Some(s) = page.status {
+        query = query.filter(automation_run::Column::Status.eq(s));
     }
     if let Some((at, id)) = page.after {
         query = query.filter(
@@ -212,7 +212,7 @@ pub async fn test(
         organization_id: org.to_string(),
         automation_id: automation.id.clone(),
         dedupe_key: "test".into(),
-        status: status::PENDING.into(),
+        status: AutomationRunStatus::Pending,
         triggered_at: now,
         started_at: None,
         finished_at: None,
@@ -251,7 +251,7 @@ pub async fn test(
     }
     let customer = processor::customer_context(state, org, customer_id.as_deref()).await;
     if let Some(reason) = skip {
-        run.status = status::SKIPPED.into();
+        run.status = AutomationRunStatus::Skipped;
         run.skip_reason = Some(reason);
         run.finished_at = Some(now);
     }

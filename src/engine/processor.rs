@@ -18,7 +18,7 @@ use std::{
 use chrono::Utc;
 use entity::{
     automation,
-    automation_run::{self, status},
+    automation_run::{self, AutomationRunStatus},
     customer, destination, notification_delivery, user,
 };
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
@@ -156,7 +156,7 @@ async fn fail(state: &AppState, run: &automation_run::Model, e: anyhow::Error) {
         runs::transition(
             &state.db,
             run,
-            status::FAILED,
+            AutomationRunStatus::Failed,
             Transition {
                 warnings: Some(vec![format!(
                     "the processor failed {} times; last error: {e}",
@@ -182,7 +182,10 @@ async fn retry_later(
     use sea_orm::sea_query::Expr;
     let pause = chrono::Duration::seconds(2i64.pow(run.processor_attempts.clamp(0, 6) as u32));
     automation_run::Entity::update_many()
-        .col_expr(automation_run::Column::Status, Expr::value(status::PENDING))
+        .col_expr(
+            automation_run::Column::Status,
+            Expr::value(AutomationRunStatus::Pending),
+        )
         .col_expr(
             automation_run::Column::LeaseUntil,
             Expr::value(Some(Utc::now() + pause)),
@@ -190,7 +193,13 @@ async fn retry_later(
         .filter(automation_run::Column::Id.eq(&run.id))
         .exec(db)
         .await?;
-    runs::follow_newest(db, &run.automation_id, run.triggered_at, status::PENDING).await
+    runs::follow_newest(
+        db,
+        &run.automation_id,
+        run.triggered_at,
+        AutomationRunStatus::Pending,
+    )
+    .await
 }
 
 /// What a run is about, loaded for the audience check and the payload.
@@ -307,7 +316,7 @@ pub fn template(
         let billing = customer
             .get("billingStatus")
             .and_then(Value::as_str)
-            .unwrap_or("NONE");
+            .unwrap_or(customer::BillingStatus::None.as_str());
         let mrr = customer
             .get("mrrCents")
             .and_then(Value::as_i64)
@@ -409,7 +418,7 @@ async fn process_together(
                         finished: true,
                         ..Default::default()
                     };
-                    runs::transition_run(&txn, run, status::SKIPPED, change).await?;
+                    runs::transition_run(&txn, run, AutomationRunStatus::Skipped, change).await?;
                 }
                 Prepared::Deliver {
                     title,
@@ -425,7 +434,8 @@ async fn process_together(
                         keep_lease: true,
                         ..Default::default()
                     };
-                    runs::transition_run(&txn, run, status::READY_FOR_DELIVERY, change).await?;
+                    runs::transition_run(&txn, run, AutomationRunStatus::ReadyForDelivery, change)
+                        .await?;
                     for dest in destinations {
                         let row = pending_row(&run.organization_id, &dest.id, body, Some(&run.id));
                         let id = row.id.clone().unwrap();
@@ -437,11 +447,11 @@ async fn process_together(
                 }
             }
         }
-        let moved: Vec<(&automation_run::Model, &str)> = work
+        let moved: Vec<(&automation_run::Model, AutomationRunStatus)> = work
             .iter()
             .map(|(run, prep)| match prep {
-                Prepared::Skip(_) => (run, status::SKIPPED),
-                Prepared::Deliver { .. } => (run, status::READY_FOR_DELIVERY),
+                Prepared::Skip(_) => (run, AutomationRunStatus::Skipped),
+                Prepared::Deliver { .. } => (run, AutomationRunStatus::ReadyForDelivery),
             })
             .collect();
         runs::follow_newest_of(&txn, &moved).await?;
@@ -475,15 +485,15 @@ async fn process_together(
             if !matches!(prep, Prepared::Deliver { .. }) {
                 continue;
             }
-            let statuses: Vec<&str> = sends
+            let statuses: Vec<_> = sends
                 .iter()
                 .zip(&attempted)
                 .filter(|((run_id, ..), _)| *run_id == run.id)
-                .map(|(_, done)| done.status.as_str())
+                .map(|(_, done)| done.status)
                 .collect();
             let (to, finished) = match runs::settled_status(&statuses) {
                 Some(s) => (s, true),
-                None => (status::PENDING_DELIVERY, false),
+                None => (AutomationRunStatus::PendingDelivery, false),
             };
             let change = Transition {
                 finished,
@@ -603,7 +613,7 @@ async fn prepare(
         let context = runs::payload(
             automation,
             run,
-            status::RUNNING_PROCESSOR,
+            AutomationRunStatus::RunningProcessor,
             customer.clone(),
             subjects(&digest_subjects),
             &title,
@@ -629,7 +639,7 @@ async fn prepare(
     let body = runs::payload(
         automation,
         run,
-        status::READY_FOR_DELIVERY,
+        AutomationRunStatus::ReadyForDelivery,
         customer,
         subjects(&digest_subjects),
         &title,
@@ -661,14 +671,7 @@ pub fn sample_payload(
 ) -> (String, String, Value) {
     let (title, message) = template(automation, run, &customer, None);
     let body = runs::payload(
-        automation,
-        run,
-        &run.status,
-        customer,
-        None,
-        &title,
-        &message,
-        None,
+        automation, run, run.status, customer, None, &title, &message, None,
     );
     (title, message, json!(body))
 }

@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use entity::{
     automation,
-    automation_run::{self, status},
-    notification_delivery,
+    automation_run::{self, AutomationRunStatus},
+    notification_delivery::{self, DeliveryStatus},
 };
 use sea_orm::{
     sea_query::{Expr, ExprTrait, OnConflict, Query},
@@ -35,7 +35,7 @@ pub fn new_run(
         organization_id: Set(automation.organization_id.clone()),
         automation_id: Set(automation.id.clone()),
         dedupe_key: Set(dedupe_key),
-        status: Set(status::PENDING.to_string()),
+        status: Set(AutomationRunStatus::Pending),
         triggered_at: Set(triggered_at),
         started_at: Set(None),
         finished_at: Set(None),
@@ -137,7 +137,7 @@ pub async fn insert_new<C: ConnectionTrait>(
             .await?;
     }
     for (automation_id, at) in newest {
-        follow_newest(conn, &automation_id, at, status::PENDING).await?;
+        follow_newest(conn, &automation_id, at, AutomationRunStatus::Pending).await?;
     }
     Ok(inserted)
 }
@@ -147,7 +147,7 @@ pub async fn follow_newest<C: ConnectionTrait>(
     conn: &C,
     automation_id: &str,
     triggered_at: DateTime<Utc>,
-    run_status: &str,
+    run_status: AutomationRunStatus,
 ) -> Result<(), DbErr> {
     automation::Entity::update_many()
         .col_expr(
@@ -156,7 +156,7 @@ pub async fn follow_newest<C: ConnectionTrait>(
         )
         .col_expr(
             automation::Column::LastRunStatus,
-            Expr::value(Some(run_status.to_string())),
+            Expr::value(Some(run_status)),
         )
         .filter(automation::Column::Id.eq(automation_id))
         .filter(
@@ -185,7 +185,7 @@ pub struct Transition {
 pub async fn transition<C: ConnectionTrait>(
     conn: &C,
     run: &automation_run::Model,
-    to: &str,
+    to: AutomationRunStatus,
     change: Transition,
 ) -> Result<(), DbErr> {
     transition_run(conn, run, to, change).await?;
@@ -195,10 +195,11 @@ pub async fn transition<C: ConnectionTrait>(
 /// Moves the runs' automations' last-run fields to the newest of `moved` (run, its new status).
 pub async fn follow_newest_of<C: ConnectionTrait>(
     conn: &C,
-    moved: &[(&automation_run::Model, &str)],
+    moved: &[(&automation_run::Model, AutomationRunStatus)],
 ) -> Result<(), DbErr> {
-    let mut newest: std::collections::HashMap<&str, (DateTime<Utc>, &str)> = Default::default();
-    for (run, to) in moved {
+    let mut newest: std::collections::HashMap<&str, (DateTime<Utc>, AutomationRunStatus)> =
+        Default::default();
+    for &(run, to) in moved {
         let entry = newest
             .entry(run.automation_id.as_str())
             .or_insert((run.triggered_at, to));
@@ -216,7 +217,7 @@ pub async fn follow_newest_of<C: ConnectionTrait>(
 pub async fn transition_run<C: ConnectionTrait>(
     conn: &C,
     run: &automation_run::Model,
-    to: &str,
+    to: AutomationRunStatus,
     change: Transition,
 ) -> Result<(), DbErr> {
     let now = Utc::now();
@@ -252,17 +253,20 @@ pub async fn transition_run<C: ConnectionTrait>(
 }
 
 /// A run's status from its deliveries' statuses: `None` while some are still retrying.
-pub fn settled_status(deliveries: &[&str]) -> Option<&'static str> {
-    if deliveries.iter().any(|s| *s == "retrying") {
+pub fn settled_status(deliveries: &[DeliveryStatus]) -> Option<AutomationRunStatus> {
+    if deliveries.contains(&DeliveryStatus::Retrying) {
         return None;
     }
-    let delivered = deliveries.iter().filter(|s| **s == "delivered").count();
+    let delivered = deliveries
+        .iter()
+        .filter(|s| **s == DeliveryStatus::Delivered)
+        .count();
     Some(if delivered == deliveries.len() && delivered > 0 {
-        status::DELIVERED
+        AutomationRunStatus::Delivered
     } else if delivered > 0 {
-        status::PARTIAL_FAILURE
+        AutomationRunStatus::PartialFailure
     } else {
-        status::FAILED
+        AutomationRunStatus::Failed
     })
 }
 
@@ -270,22 +274,21 @@ pub fn settled_status(deliveries: &[&str]) -> Option<&'static str> {
 /// status; returns how many.
 pub async fn settle_deliveries<C: ConnectionTrait>(conn: &C) -> Result<usize, DbErr> {
     let waiting = automation_run::Entity::find()
-        .filter(automation_run::Column::Status.eq(status::PENDING_DELIVERY))
+        .filter(automation_run::Column::Status.eq(AutomationRunStatus::PendingDelivery))
         .order_by_asc(automation_run::Column::UpdatedAt)
         .limit(200)
         .all(conn)
         .await?;
     let mut settled = 0;
     for run in waiting {
-        let statuses: Vec<String> = notification_delivery::Entity::find()
+        let statuses: Vec<DeliveryStatus> = notification_delivery::Entity::find()
             .select_only()
             .column(notification_delivery::Column::Status)
             .filter(notification_delivery::Column::AutomationRunId.eq(&run.id))
             .into_tuple()
             .all(conn)
             .await?;
-        let refs: Vec<&str> = statuses.iter().map(String::as_str).collect();
-        if let Some(final_status) = settled_status(&refs) {
+        if let Some(final_status) = settled_status(&statuses) {
             transition(
                 conn,
                 &run,
@@ -308,15 +311,17 @@ fn due_at(now: DateTime<Utc>) -> Condition {
     use automation_run::Column as R;
     Condition::any()
         .add(
-            Condition::all().add(R::Status.eq(status::PENDING)).add(
-                Condition::any()
-                    .add(R::LeaseUntil.is_null())
-                    .add(R::LeaseUntil.lt(now)),
-            ),
+            Condition::all()
+                .add(R::Status.eq(AutomationRunStatus::Pending))
+                .add(
+                    Condition::any()
+                        .add(R::LeaseUntil.is_null())
+                        .add(R::LeaseUntil.lt(now)),
+                ),
         )
         .add(
             Condition::all()
-                .add(R::Status.eq(status::RUNNING_PROCESSOR))
+                .add(R::Status.eq(AutomationRunStatus::RunningProcessor))
                 .add(R::LeaseUntil.lt(now)),
         )
 }
@@ -360,7 +365,7 @@ pub async fn claim<C: ConnectionTrait>(
     let mut update = Query::update();
     update
         .table(automation_run::Entity)
-        .value(R::Status, status::RUNNING_PROCESSOR)
+        .value(R::Status, AutomationRunStatus::RunningProcessor)
         .value(R::LeaseUntil, Some(now + lease))
         .value(R::UpdatedAt, now)
         .value(
@@ -380,9 +385,9 @@ pub async fn claim<C: ConnectionTrait>(
         .map(|r| <automation_run::Model as sea_orm::FromQueryResult>::from_query_result(r, ""))
         .collect::<Result<Vec<_>, _>>()?;
     claimed.sort_by_key(|r| r.triggered_at);
-    let moved: Vec<(&automation_run::Model, &str)> = claimed
+    let moved: Vec<(&automation_run::Model, AutomationRunStatus)> = claimed
         .iter()
-        .map(|r| (r, status::RUNNING_PROCESSOR))
+        .map(|r| (r, AutomationRunStatus::RunningProcessor))
         .collect();
     follow_newest_of(conn, &moved).await?;
     Ok(claimed)
@@ -393,7 +398,7 @@ pub async fn claim<C: ConnectionTrait>(
 pub fn payload(
     automation: &automation::Model,
     run: &automation_run::Model,
-    run_status: &str,
+    run_status: AutomationRunStatus,
     customer: Value,
     extra: Option<(&str, Value)>,
     title: &str,
@@ -406,7 +411,7 @@ pub fn payload(
         "run": {
             "id": run.id,
             "triggeredAt": Timestamp::format(&run.triggered_at),
-            "status": run_status,
+            "status": run_status.as_str(),
         },
         "subject": run.subject,
         "signals": run.signals,

@@ -15,17 +15,18 @@ use super::{
     IntegrationError, IntegrationResult,
 };
 use crate::{crypto::SecretBox, request::ValidationIssue};
-use entity::sync_run::{RUN_FAILED, RUN_PENDING, RUN_RUNNING, RUN_SUCCESS};
-use entity::{integration_connection as conn, organization, sync_run};
-
-pub const STATUS_CONNECTED: &str = "connected";
+use entity::{
+    integration_connection::{self as conn, ConnectionStatus},
+    organization,
+    sync_run::{self, SyncRunStatus},
+};
 
 /// Sync state of one model, from its latest run.
 #[derive(Debug, Clone)]
 pub struct ModelSync {
     pub model: String,
-    /// `PENDING` (no run yet), `RUNNING`, `SUCCESS` or `FAILED`.
-    pub status: String,
+    /// `PENDING` when no run has started yet.
+    pub status: SyncRunStatus,
     /// End of the latest successful run.
     pub last_synced_at: Option<DateTime<Utc>>,
     pub error_message: Option<String>,
@@ -55,7 +56,7 @@ pub async fn find<C: ConnectionTrait>(
     Ok(conn::Entity::find()
         .filter(conn::Column::OrganizationId.eq(org))
         .filter(conn::Column::Provider.eq(provider))
-        .filter(conn::Column::Status.eq(STATUS_CONNECTED))
+        .filter(conn::Column::Status.eq(ConnectionStatus::Connected))
         .one(db)
         .await?)
 }
@@ -71,7 +72,7 @@ pub async fn check_limit<C: ConnectionTrait>(db: &C, org: &str) -> IntegrationRe
     };
     let current = conn::Entity::find()
         .filter(conn::Column::OrganizationId.eq(org))
-        .filter(conn::Column::Status.eq(STATUS_CONNECTED))
+        .filter(conn::Column::Status.eq(ConnectionStatus::Connected))
         .count(db)
         .await? as i64;
     if current >= limit {
@@ -233,7 +234,7 @@ pub async fn store(
                 id: Set(id.clone()),
                 organization_id: Set(org.to_string()),
                 provider: Set(provider.id.to_string()),
-                status: Set(STATUS_CONNECTED.to_string()),
+                status: Set(ConnectionStatus::Connected),
                 credentials_ciphertext: Set(credentials_ciphertext),
                 settings: Set(settings),
                 last_data_received_at: Set(None),
@@ -324,13 +325,11 @@ pub async fn model_syncs<C: ConnectionTrait>(
         let latest = runs.first();
         let last_success = runs
             .iter()
-            .filter(|r| r.status == RUN_SUCCESS)
+            .filter(|r| r.status == SyncRunStatus::Success)
             .find_map(|r| r.finished_at);
         out.push(ModelSync {
             model: model.to_string(),
-            status: latest
-                .map(|r| r.status.clone())
-                .unwrap_or_else(|| RUN_PENDING.to_string()),
+            status: latest.map_or(SyncRunStatus::Pending, |r| r.status),
             last_synced_at: last_success,
             error_message: latest.and_then(|r| r.error_message.clone()),
         });
@@ -343,15 +342,18 @@ fn overall(provider: &Provider, syncs: &[ModelSync]) -> (String, Option<String>)
     if !provider.has_sync() {
         return ("NO_SYNC".to_string(), None);
     }
-    if let Some(failed) = syncs.iter().find(|s| s.status == RUN_FAILED) {
-        return (RUN_FAILED.to_string(), failed.error_message.clone());
+    if let Some(failed) = syncs.iter().find(|s| s.status == SyncRunStatus::Failed) {
+        return (
+            SyncRunStatus::Failed.to_string(),
+            failed.error_message.clone(),
+        );
     }
-    for state in [RUN_RUNNING, RUN_PENDING] {
+    for state in [SyncRunStatus::Running, SyncRunStatus::Pending] {
         if syncs.iter().any(|s| s.status == state) {
             return (state.to_string(), None);
         }
     }
-    (RUN_SUCCESS.to_string(), None)
+    (SyncRunStatus::Success.to_string(), None)
 }
 
 /// Every provider with its connection state, or only the connected ones.
@@ -362,7 +364,7 @@ pub async fn list<C: ConnectionTrait>(
 ) -> IntegrationResult<Vec<IntegrationView>> {
     let rows = conn::Entity::find()
         .filter(conn::Column::OrganizationId.eq(org))
-        .filter(conn::Column::Status.eq(STATUS_CONNECTED))
+        .filter(conn::Column::Status.eq(ConnectionStatus::Connected))
         .all(db)
         .await?;
     let mut out = Vec::new();

@@ -7,11 +7,9 @@ use sea_orm::{sea_query::Expr, ColumnTrait, ConnectionTrait, EntityTrait, QueryF
 use serde_json::json;
 
 use super::IntegrationResult;
-use entity::job;
+use entity::job::{self, JobStatus};
 
 pub const KIND_STRIPE_SYNC: &str = "stripe_sync";
-pub const JOB_PENDING: &str = "pending";
-pub const JOB_RUNNING: &str = "running";
 
 /// One scheduled sync per connection: its job id is derived from the connection id.
 pub fn sync_job_id(connection_id: &str) -> String {
@@ -32,7 +30,7 @@ pub async fn schedule_sync<C: ConnectionTrait>(
         organization_id: Set(Some(org.to_string())),
         kind: Set(KIND_STRIPE_SYNC.to_string()),
         payload: Set(json!({ "connectionId": connection_id })),
-        status: Set(JOB_PENDING.to_string()),
+        status: Set(JobStatus::Pending),
         run_at: Set(run_at),
         lease_until: Set(None),
         attempts: Set(0),
@@ -48,7 +46,7 @@ pub async fn schedule_sync<C: ConnectionTrait>(
         .col_expr(job::Column::RunAt, Expr::value(run_at))
         .col_expr(job::Column::UpdatedAt, Expr::value(now))
         .filter(job::Column::Id.eq(id))
-        .filter(job::Column::Status.eq(JOB_PENDING))
+        .filter(job::Column::Status.eq(JobStatus::Pending))
         .exec(db)
         .await?;
     Ok(())

@@ -13,13 +13,12 @@ use sea_orm::{
 };
 
 pub use super::jobs::{schedule_sync, sync_job_id, unschedule_sync, KIND_STRIPE_SYNC};
-use super::{
-    connections::STATUS_CONNECTED,
-    jobs::{JOB_PENDING, JOB_RUNNING},
-    providers, sessions, sync, IntegrationResult, IntegrationsConfig,
-};
+use super::{providers, sessions, sync, IntegrationResult, IntegrationsConfig};
 use crate::crypto::SecretBox;
-use entity::{integration_connection as conn, job};
+use entity::{
+    integration_connection::{self as conn, ConnectionStatus},
+    job::{self, JobStatus},
+};
 
 /// How long a claimed sync may run before another instance may take it over.
 const LEASE: chrono::Duration = chrono::Duration::minutes(10);
@@ -28,12 +27,12 @@ fn claimable(now: DateTime<Utc>) -> Condition {
     Condition::any()
         .add(
             Condition::all()
-                .add(job::Column::Status.eq(JOB_PENDING))
+                .add(job::Column::Status.eq(JobStatus::Pending))
                 .add(job::Column::RunAt.lte(now)),
         )
         .add(
             Condition::all()
-                .add(job::Column::Status.eq(JOB_RUNNING))
+                .add(job::Column::Status.eq(JobStatus::Running))
                 .add(job::Column::LeaseUntil.lt(now)),
         )
 }
@@ -72,7 +71,7 @@ async fn claim_on<C: ConnectionTrait>(
     };
     let lease_until = now + LEASE;
     let claimed = job::Entity::update_many()
-        .col_expr(job::Column::Status, Expr::value(JOB_RUNNING))
+        .col_expr(job::Column::Status, Expr::value(JobStatus::Running))
         .col_expr(job::Column::LeaseUntil, Expr::value(Some(lease_until)))
         .col_expr(
             job::Column::Attempts,
@@ -87,7 +86,7 @@ async fn claim_on<C: ConnectionTrait>(
         return Ok(None);
     }
     Ok(Some(job::Model {
-        status: JOB_RUNNING.to_string(),
+        status: JobStatus::Running,
         lease_until: Some(lease_until),
         attempts: candidate.attempts + 1,
         ..candidate
@@ -102,7 +101,7 @@ async fn release(
     next_run: DateTime<Utc>,
 ) -> IntegrationResult<()> {
     job::Entity::update_many()
-        .col_expr(job::Column::Status, Expr::value(JOB_PENDING))
+        .col_expr(job::Column::Status, Expr::value(JobStatus::Pending))
         .col_expr(job::Column::LeaseUntil, Expr::value(None::<DateTime<Utc>>))
         .col_expr(job::Column::RunAt, Expr::value(next_run))
         .col_expr(job::Column::LastError, Expr::value(error.clone()))
@@ -116,7 +115,7 @@ async fn release(
         )
         .col_expr(job::Column::UpdatedAt, Expr::value(Utc::now()))
         .filter(job::Column::Id.eq(job.id.clone()))
-        .filter(job::Column::Status.eq(JOB_RUNNING))
+        .filter(job::Column::Status.eq(JobStatus::Running))
         .exec(db)
         .await?;
     Ok(())
@@ -125,7 +124,7 @@ async fn release(
 /// Whether the job's connection is still connected.
 async fn connection_alive(db: &DatabaseConnection, connection_id: &str) -> IntegrationResult<bool> {
     Ok(conn::Entity::find_by_id(connection_id.to_string())
-        .filter(conn::Column::Status.eq(STATUS_CONNECTED))
+        .filter(conn::Column::Status.eq(ConnectionStatus::Connected))
         .one(db)
         .await?
         .is_some())
@@ -140,7 +139,7 @@ async fn ensure_jobs(db: &DatabaseConnection, now: DateTime<Utc>) -> Integration
         .map(|p| p.id)
         .collect();
     let rows = conn::Entity::find()
-        .filter(conn::Column::Status.eq(STATUS_CONNECTED))
+        .filter(conn::Column::Status.eq(ConnectionStatus::Connected))
         .filter(conn::Column::Provider.is_in(syncing))
         .all(db)
         .await?;

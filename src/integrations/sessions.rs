@@ -20,11 +20,6 @@ use entity::connect_session::{self as session, SessionStatus};
 
 pub const SESSION_LIFETIME_MINUTES: i64 = 30;
 
-pub const PENDING: &str = SessionStatus::Pending.as_str();
-pub const CONNECTED: &str = SessionStatus::Connected.as_str();
-pub const FAILED: &str = SessionStatus::Failed.as_str();
-pub const EXPIRED: &str = SessionStatus::Expired.as_str();
-
 /// A session just created by connect.
 #[derive(Debug, Clone)]
 pub struct NewSession {
@@ -58,7 +53,7 @@ pub async fn create<C: ConnectionTrait>(
         id: Set(id.clone()),
         organization_id: Set(org.to_string()),
         provider: Set(provider.id.to_string()),
-        status: Set(PENDING.to_string()),
+        status: Set(SessionStatus::Pending),
         error: Set(None),
         expires_at: Set(now + Duration::minutes(SESSION_LIFETIME_MINUTES)),
         created_at: Set(now),
@@ -79,9 +74,9 @@ async fn refresh<C: ConnectionTrait>(
     row: session::Model,
     now: DateTime<Utc>,
 ) -> IntegrationResult<session::Model> {
-    if row.status == PENDING && row.expires_at <= now {
+    if row.status == SessionStatus::Pending && row.expires_at <= now {
         let mut active = row.into_active_model();
-        active.status = Set(EXPIRED.to_string());
+        active.status = Set(SessionStatus::Expired);
         active.error = Set(Some(format!(
             "the session expired after {SESSION_LIFETIME_MINUTES} minutes"
         )));
@@ -157,12 +152,12 @@ pub enum PageOutcome {
 async fn finish<C: ConnectionTrait>(
     db: &C,
     row: session::Model,
-    status: &str,
+    status: SessionStatus,
     error: Option<String>,
     now: DateTime<Utc>,
 ) -> IntegrationResult<SessionView> {
     let mut active = row.into_active_model();
-    active.status = Set(status.to_string());
+    active.status = Set(status);
     active.error = Set(error);
     active.completed_at = Set(Some(now));
     view(active.update(db).await?)
@@ -177,7 +172,7 @@ pub async fn complete(
     now: DateTime<Utc>,
 ) -> IntegrationResult<PageOutcome> {
     let current = for_page(db, session_id, now).await?;
-    if current.session.status != PENDING {
+    if current.session.status != SessionStatus::Pending {
         return Ok(PageOutcome::Finished(current));
     }
     let SessionView { session, provider } = current;
@@ -189,7 +184,7 @@ pub async fn complete(
                 provider.name
             );
             return Ok(PageOutcome::Finished(
-                finish(db, session, FAILED, Some(message), now).await?,
+                finish(db, session, SessionStatus::Failed, Some(message), now).await?,
             ));
         }
         (PageAnswer::Credentials(fields), SetupMode::DirectApiKey) => {
@@ -236,7 +231,7 @@ pub async fn complete(
         }
     };
     let view = match stored {
-        Ok(_) => finish(db, session, CONNECTED, None, now).await?,
+        Ok(_) => finish(db, session, SessionStatus::Connected, None, now).await?,
         Err(IntegrationError::ConnectionLimit {
             plan,
             current,
@@ -245,7 +240,7 @@ pub async fn complete(
             let message = format!(
                 "the {plan} plan allows {limit} integration connection(s) and {current} are in use"
             );
-            finish(db, session, FAILED, Some(message), now).await?
+            finish(db, session, SessionStatus::Failed, Some(message), now).await?
         }
         Err(other) => return Err(other),
     };
@@ -255,14 +250,14 @@ pub async fn complete(
 /// Marks every pending session past its lifetime as expired (the scheduler's sweep).
 pub async fn expire_due<C: ConnectionTrait>(db: &C, now: DateTime<Utc>) -> IntegrationResult<u64> {
     let result = session::Entity::update_many()
-        .col_expr(session::Column::Status, Expr::value(EXPIRED))
+        .col_expr(session::Column::Status, Expr::value(SessionStatus::Expired))
         .col_expr(
             session::Column::Error,
             Expr::value(Some(format!(
                 "the session expired after {SESSION_LIFETIME_MINUTES} minutes"
             ))),
         )
-        .filter(session::Column::Status.eq(PENDING))
+        .filter(session::Column::Status.eq(SessionStatus::Pending))
         .filter(session::Column::ExpiresAt.lte(now))
         .exec(db)
         .await?;

@@ -131,7 +131,7 @@ pub fn item_mrr_cents(item: &SubscriptionItem) -> i64 {
 
 /// A customer's billing from its subscriptions (DESIGN.md): MRR over `active` and `past_due`
 /// subscriptions; status `PAYING`, else `TRIALING`, else `CHURNED`, else `NONE`.
-pub fn billing_of(subscriptions: &[&Subscription]) -> (String, i64) {
+pub fn billing_of(subscriptions: &[&Subscription]) -> (BillingStatus, i64) {
     let paying = |s: &&&Subscription| s.status == "active" || s.status == "past_due";
     let mrr: i64 = subscriptions
         .iter()
@@ -148,7 +148,7 @@ pub fn billing_of(subscriptions: &[&Subscription]) -> (String, i64) {
     } else {
         BillingStatus::None
     };
-    (status.as_str().to_string(), mrr)
+    (status, mrr)
 }
 
 /// Read-only Stripe API client for one account.
@@ -283,10 +283,10 @@ mod tests {
         let gone = sub("canceled", 5000, 1, "month");
         assert_eq!(
             billing_of(&[&monthly, &yearly, &weekly, &trial]),
-            ("PAYING".to_string(), 3000 + 10_000 + 5200)
+            (BillingStatus::Paying, 3000 + 10_000 + 5200)
         );
-        assert_eq!(billing_of(&[&trial, &gone]), ("TRIALING".into(), 0));
-        assert_eq!(billing_of(&[&gone]), ("CHURNED".into(), 0));
-        assert_eq!(billing_of(&[]), ("NONE".into(), 0));
+        assert_eq!(billing_of(&[&trial, &gone]), (BillingStatus::Trialing, 0));
+        assert_eq!(billing_of(&[&gone]), (BillingStatus::Churned, 0));
+        assert_eq!(billing_of(&[]), (BillingStatus::None, 0));
     }
 }

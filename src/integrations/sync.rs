@@ -16,9 +16,12 @@ use super::{
     IntegrationError, IntegrationResult, IntegrationsConfig,
 };
 use crate::crypto::SecretBox;
-use entity::{billing_change, customer, integration_connection as conn, sync_run};
-
-pub use entity::sync_run::{RUN_FAILED, RUN_PENDING, RUN_RUNNING, RUN_SUCCESS};
+use entity::{
+    billing_change,
+    customer::{self, BillingStatus},
+    integration_connection as conn,
+    sync_run::{self, SyncRunStatus},
+};
 
 /// `origin` of billing history rows written by the Stripe sync and webhook.
 pub const ORIGIN_STRIPE: &str = "stripe";
@@ -82,7 +85,7 @@ pub async fn upsert_customer<C: ConnectionTrait>(
         name: Set(name),
         domain: Set(domain),
         external_id: Set(external_id),
-        billing_status: Set(entity::customer::BillingStatus::None.as_str().to_string()),
+        billing_status: Set(BillingStatus::None),
         mrr_cents: Set(0),
         traits: Set(json!({})),
         last_activity_at: Set(None),
@@ -97,7 +100,7 @@ pub async fn upsert_customer<C: ConnectionTrait>(
 pub async fn apply_billing<C: ConnectionTrait>(
     db: &C,
     row: customer::Model,
-    status: &str,
+    status: BillingStatus,
     mrr_cents: i64,
 ) -> IntegrationResult<bool> {
     if row.billing_status == status && row.mrr_cents == mrr_cents {
@@ -106,7 +109,7 @@ pub async fn apply_billing<C: ConnectionTrait>(
     let now = Utc::now();
     let (org, id) = (row.organization_id.clone(), row.id.clone());
     let mut active = row.into_active_model();
-    active.billing_status = Set(status.to_string());
+    active.billing_status = Set(status);
     active.mrr_cents = Set(mrr_cents);
     active.updated_at = Set(now);
     active.update(db).await?;
@@ -115,7 +118,7 @@ pub async fn apply_billing<C: ConnectionTrait>(
         organization_id: Set(org),
         customer_id: Set(id),
         at: Set(now),
-        billing_status: Set(status.to_string()),
+        billing_status: Set(status),
         mrr_cents: Set(mrr_cents),
         origin: Set(ORIGIN_STRIPE.to_string()),
     }
@@ -134,7 +137,7 @@ async fn start_run<C: ConnectionTrait>(
         organization_id: Set(row.organization_id.clone()),
         connection_id: Set(row.id.clone()),
         model: Set(model.to_string()),
-        status: Set(RUN_RUNNING.to_string()),
+        status: Set(SyncRunStatus::Running),
         error_message: Set(None),
         started_at: Set(Utc::now()),
         finished_at: Set(None),
@@ -150,9 +153,9 @@ async fn finish_run<C: ConnectionTrait>(
 ) -> IntegrationResult<()> {
     let mut active = run.into_active_model();
     match outcome {
-        Ok(()) => active.status = Set(RUN_SUCCESS.to_string()),
+        Ok(()) => active.status = Set(SyncRunStatus::Success),
         Err(message) => {
-            active.status = Set(RUN_FAILED.to_string());
+            active.status = Set(SyncRunStatus::Failed);
             active.error_message = Set(Some(message.clone()));
         }
     }
@@ -209,7 +212,7 @@ async fn sync_subscriptions<C: ConnectionTrait>(
         };
         let subs = by_customer.get(&stripe_id).cloned().unwrap_or_default();
         let (status, mrr) = billing_of(&subs);
-        apply_billing(db, current, &status, mrr).await?;
+        apply_billing(db, current, status, mrr).await?;
     }
     Ok(())
 }
@@ -292,7 +295,7 @@ pub async fn refresh_customer<C: ConnectionTrait>(
     let refs: Vec<&Subscription> = subscriptions.iter().collect();
     let (status, mrr) = billing_of(&refs);
     let id = local.id.clone();
-    apply_billing(db, local, &status, mrr).await?;
+    apply_billing(db, local, status, mrr).await?;
     customer::Entity::find_by_id(id)
         .one(db)
         .await?

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::signing;
 use crate::{crypto::SecretBox, types::Timestamp};
+pub use entity::notification_delivery::DeliveryStatus;
 use entity::{destination, notification_delivery};
 
 /// Pauses between the attempts made during the call.
@@ -67,24 +68,6 @@ pub fn slack_body(body: &Value) -> Value {
         _ => format!("{marker}*{}*\n{}", text_of("title"), text_of("message")),
     };
     json!({ "text": text, "mrkdwn": true })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryStatus {
-    Delivered,
-    Retrying,
-    Failed,
-}
-
-impl DeliveryStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryStatus::Delivered => "delivered",
-            DeliveryStatus::Retrying => "retrying",
-            DeliveryStatus::Failed => "failed",
-        }
-    }
 }
 
 /// The outcome for one destination, as the tool reports it.
@@ -269,7 +252,7 @@ pub fn pending_row(
         organization_id: Set(organization_id.to_string()),
         destination_id: Set(destination_id.to_string()),
         payload: Set(body.clone()),
-        status: Set(DeliveryStatus::Retrying.as_str().to_string()),
+        status: Set(DeliveryStatus::Retrying),
         attempts: Set(0),
         http_status: Set(None),
         error: Set(None),
@@ -364,7 +347,7 @@ pub async fn record_attempts<C: ConnectionTrait>(
     notification_delivery::Entity::update_many()
         .col_expr(
             notification_delivery::Column::Status,
-            Expr::value(done.status.as_str()),
+            Expr::value(done.status),
         )
         .col_expr(
             notification_delivery::Column::Attempts,

@@ -11,7 +11,10 @@ use sea_orm::{
 
 use super::delivery::{attempt_entry, attempt_once, background_backoff, retry_window, Attempt};
 use crate::crypto::SecretBox;
-use entity::{destination, notification_delivery as nd};
+use entity::{
+    destination,
+    notification_delivery::{self as nd, DeliveryStatus},
+};
 
 const LEASE: i64 = 120;
 const BATCH: u64 = 50;
@@ -23,7 +26,7 @@ pub async fn run_due(
 ) -> Result<usize, sea_orm::DbErr> {
     let now = Utc::now();
     let due = nd::Entity::find()
-        .filter(nd::Column::Status.eq("retrying"))
+        .filter(nd::Column::Status.eq(DeliveryStatus::Retrying))
         .filter(nd::Column::NextAttemptAt.lte(now))
         .filter(
             Condition::any()
@@ -43,7 +46,7 @@ pub async fn run_due(
                 Expr::value(Some(now + chrono::Duration::seconds(LEASE))),
             )
             .filter(nd::Column::Id.eq(row.id.clone()))
-            .filter(nd::Column::Status.eq("retrying"))
+            .filter(nd::Column::Status.eq(DeliveryStatus::Retrying))
             .filter(nd::Column::Attempts.eq(row.attempts))
             .filter(
                 Condition::any()
@@ -79,19 +82,19 @@ pub async fn run_due(
         };
         log.push(attempt_entry(attempted_at, &outcome));
         let (status, http, error, next) = match outcome {
-            Attempt::Delivered(code) => ("delivered", Some(code), None, None),
-            Attempt::Permanent { http, error } => ("failed", http, Some(error), None),
+            Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None, None),
+            Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error), None),
             Attempt::Retryable { http, error } => {
                 if finished - row.created_at >= retry_window() {
                     (
-                        "failed",
+                        DeliveryStatus::Failed,
                         http,
                         Some(format!("{error}; gave up after 24 h")),
                         None,
                     )
                 } else {
                     (
-                        "retrying",
+                        DeliveryStatus::Retrying,
                         http,
                         Some(error),
                         Some(finished + background_backoff(attempts)),

@@ -19,7 +19,7 @@ use crate::{
     envelope::ResourceRef,
     request::Issues,
 };
-use entity::destination;
+use entity::destination::{self, DestinationSyncStatus};
 
 /// Changes to a webhook destination; only sent fields change.
 #[derive(Debug, Deserialize, Object)]
@@ -229,7 +229,7 @@ pub async fn create(
         config: Set(config),
         secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
         // Webhooks and Slack incoming webhooks have no provider-side object to sync.
-        sync_status: Set("SYNCED".to_string()),
+        sync_status: Set(DestinationSyncStatus::Synced),
         last_synced_at: Set(Some(now)),
         provider_error_code: Set(None),
         provider_error_message: Set(None),

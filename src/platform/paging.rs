@@ -5,15 +5,16 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 
 use super::PlatformResult;
+use entity::StatusEnum;
 
 /// Items per page unless `limit` says otherwise, and the most a page holds.
 pub const DEFAULT_LIMIT: u32 = 20;
 pub const MAX_LIMIT: u32 = 100;
 
 /// A checked page request.
-pub struct PageRequest {
-    /// The `status` filter, upper-cased.
-    pub status: Option<String>,
+pub struct PageRequest<S> {
+    /// The `status` filter (sent in any case).
+    pub status: Option<S>,
     pub limit: u32,
     /// Items strictly before this (time, id) position.
     pub after: Option<(DateTime<Utc>, String)>,
@@ -35,23 +36,27 @@ fn decode_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
     Some((at, id.to_string()))
 }
 
-/// Checks `status` (one of `statuses`), `limit` and `cursor`; 400 naming each bad one.
-pub fn page_request(
+/// Checks `status` (one of `S`'s upper-case statuses), `limit` and `cursor`; 400 naming each
+/// bad one.
+pub fn page_request<S: StatusEnum>(
     status: Option<&str>,
-    statuses: &[&str],
     limit: Option<u32>,
     cursor: Option<&str>,
-) -> PlatformResult<PageRequest> {
+) -> PlatformResult<PageRequest<S>> {
     let mut issues = crate::request::Issues::default();
-    let status = status.map(|s| s.trim().to_ascii_uppercase());
-    if let Some(s) = &status {
-        if !statuses.contains(&s.as_str()) {
-            issues.push(
-                vec!["status".into()],
-                format!("must be one of {}", statuses.join(", ")),
-            );
+    let status = match status {
+        Some(sent) => {
+            let parsed = S::parse(&sent.trim().to_ascii_uppercase());
+            if parsed.is_none() {
+                issues.push(
+                    vec!["status".into()],
+                    format!("must be one of {}", S::names().join(", ")),
+                );
+            }
+            parsed
         }
-    }
+        None => None,
+    };
     let limit = limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         issues.push(

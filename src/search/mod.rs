@@ -13,7 +13,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use entity::{change, fact, source};
+use entity::{
+    change,
+    fact::{self, FactStatus},
+    source,
+};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tantivy::{
     collector::TopDocs,
@@ -39,7 +43,7 @@ const GAP_PATIENCE: Duration = Duration::from_secs(60);
 const MAX_GAPS: usize = 10_000;
 /// Only facts in this status are searchable: superseded and retracted facts are not current
 /// knowledge about a customer.
-const SEARCHABLE_FACT_STATUS: &str = "ACTIVE";
+const SEARCHABLE_FACT_STATUS: FactStatus = FactStatus::Active;
 /// Title matches weigh more than body matches.
 const TITLE_BOOST: f32 = 2.0;
 

@@ -1,7 +1,11 @@
 //! `svc_get_customer`: one customer with optional related sections.
 
 use chrono::Utc;
-use entity::{billing_change, fact, source, user};
+use entity::{
+    billing_change,
+    fact::{self, FactStatus},
+    source, user,
+};
 use sea_orm::{
     sea_query::NullOrdering, ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
 };
@@ -95,11 +99,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .await?;
         let history: Vec<Value> = rows
             .iter()
-            .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status, "mrrCents": b.mrr_cents }))
+            .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status.as_str(), "mrrCents": b.mrr_cents }))
             .collect();
         obj.insert(
             "revenue".into(),
-            json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status, "history": history }),
+            json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status.as_str(), "history": history }),
         );
     }
     if include.contains(&Section::RecentTimeline) {
@@ -119,7 +123,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let rows = fact::Entity::find()
             .filter(fact::Column::OrganizationId.eq(org))
             .filter(fact::Column::CustomerId.eq(&c.id))
-            .filter(fact::Column::Status.eq("ACTIVE"))
+            .filter(fact::Column::Status.eq(FactStatus::Active))
             .order_by(fact::Column::SourceOccurredAt, Order::Desc)
             .order_by(fact::Column::Id, Order::Desc)
             .limit(SECTION_FACTS)

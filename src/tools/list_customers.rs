@@ -62,7 +62,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let now = Utc::now();
     let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
     if let Some(status) = input.billing_status {
-        filter = filter.add(Column::BillingStatus.eq(status.as_str()));
+        filter = filter.add(Column::BillingStatus.eq(status));
     }
     let mut range = ActivityRange::default();
     if let Some(raw) = &input.active_within {

@@ -1,6 +1,6 @@
 //! `svc_list_facts`: stored customer facts with their evidence.
 
-use entity::fact::{Column, Entity};
+use entity::fact::{Column, Entity, FactStatus};
 use sea_orm::{
     ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
     QuerySelect,
@@ -16,25 +16,6 @@ use super::{
     records::{self, FACT_FIELDS, FACT_IDS},
     ToolContext, ToolResult,
 };
-
-/// A fact's status.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum FactStatus {
-    Active,
-    Superseded,
-    Retracted,
-}
-
-impl FactStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FactStatus::Active => "ACTIVE",
-            FactStatus::Superseded => "SUPERSEDED",
-            FactStatus::Retracted => "RETRACTED",
-        }
-    }
-}
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -69,9 +50,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let req = ListRequest::new(input.limit, &input.cursor)?;
     check_fields(&input.fields, FACT_FIELDS)?;
     let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
-    let statuses: Vec<&str> = match &input.status {
-        Some(list) => list.iter().map(|s| s.as_str()).collect(),
-        None => vec![FactStatus::Active.as_str()],
+    let statuses = match &input.status {
+        Some(list) => list.clone(),
+        None => vec![FactStatus::Active],
     };
     filter = filter.add(Column::Status.is_in(statuses));
     if let Some(raw) = &input.source_types {

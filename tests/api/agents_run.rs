@@ -921,7 +921,7 @@ crate::db_test!(
             trigger: Set("automation".into()),
             automation_run_id: Set(Some(Uuid::new_v4().to_string())),
             scheduled_for: Set(None),
-            status: Set("RUNNING".into()),
+            status: Set(entity::agent_run::AgentRunStatus::Running),
             reason: Set(None),
             warnings: Set(json!([])),
             started_at: Set(started),

@@ -5,7 +5,12 @@
 use std::time::Duration;
 
 use custintel::engine;
-use entity::{automation, automation_run, customer, destination, signal, user};
+use entity::{
+    automation,
+    automation_run::{self, AutomationRunStatus},
+    customer::{self, BillingStatus},
+    destination, signal, user,
+};
 use reqwest::StatusCode;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, Set,
@@ -254,7 +259,7 @@ pub async fn arm_demo_churn_alert(app: &TestApp) -> DemoAlert {
     // A user of a paying account above the audience's MRR floor.
     let paying: Vec<String> = customer::Entity::find()
         .filter(customer::Column::OrganizationId.eq(&o.id))
-        .filter(customer::Column::BillingStatus.eq("PAYING"))
+        .filter(customer::Column::BillingStatus.eq(BillingStatus::Paying))
         .filter(customer::Column::MrrCents.gte(49_900))
         .all(&app.db)
         .await
@@ -824,7 +829,7 @@ db_test!(
             vec![],
             now,
         );
-        run.status = Set("RUNNING_PROCESSOR".into());
+        run.status = Set(AutomationRunStatus::RunningProcessor);
         run.started_at = Set(Some(now - chrono::Duration::minutes(5)));
         run.processor_attempts = Set(1);
         run.lease_until = Set(Some(now - chrono::Duration::seconds(1)));
@@ -1026,7 +1031,7 @@ db_test!(
         loop {
             let delivered = automation_run::Entity::find()
                 .filter(automation_run::Column::OrganizationId.eq(&o.id))
-                .filter(automation_run::Column::Status.eq("DELIVERED"))
+                .filter(automation_run::Column::Status.eq(AutomationRunStatus::Delivered))
                 .count(&app.db)
                 .await
                 .unwrap() as usize;

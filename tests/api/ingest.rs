@@ -4,7 +4,11 @@
 use std::io::Write;
 
 use custintel::admin::{self, NewOrganization, Plan};
-use entity::{billing_change, customer, engagement_session, event, user, visitor};
+use entity::{
+    billing_change,
+    customer::{self, BillingStatus},
+    engagement_session, event, user, visitor,
+};
 use reqwest::{Method, StatusCode};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{json, Value};
@@ -297,7 +301,7 @@ db_test!(server_attribution_rules, |app: TestApp| async move {
         .unwrap()
         .expect("customer from billing");
     assert_eq!(c.name, "cus_S1");
-    assert_eq!(c.billing_status, "TRIALING");
+    assert_eq!(c.billing_status, BillingStatus::Trialing);
 });
 
 db_test!(request_level_failures, |app: TestApp| async move {
@@ -809,7 +813,7 @@ db_test!(
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(c.billing_status, "PAYING");
+        assert_eq!(c.billing_status, BillingStatus::Paying);
         assert_eq!(
             c.last_activity_at,
             chrono::DateTime::from_timestamp_millis(t0 + 8_000 + 31 * 60_000)
@@ -820,7 +824,7 @@ db_test!(
             .await
             .unwrap();
         assert_eq!(history.len(), 1);
-        assert_eq!(history[0].billing_status, "PAYING");
+        assert_eq!(history[0].billing_status, BillingStatus::Paying);
 
         // 6. userIdentity attributes a whole batch of another device.
         let r = app

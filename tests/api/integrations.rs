@@ -19,7 +19,12 @@ use crate::{
     helpers::{self, Backend, TestApp},
     snap,
 };
-use entity::{billing_change, connect_session, customer, integration_connection};
+use entity::{
+    billing_change,
+    connect_session::{self, SessionStatus},
+    customer::{self, BillingStatus},
+    integration_connection,
+};
 
 const LIST: &str = "/api/integrations";
 const CAPS: &str = "/api/integrations/capabilities";
@@ -652,7 +657,7 @@ db_test!(session_expiry, |app: TestApp| async move {
     )
     .await
     .unwrap();
-    assert_eq!(v.session.status, "pending");
+    assert_eq!(v.session.status, SessionStatus::Pending);
     let v = sessions::status(
         &app.db,
         &org.organization_id,
@@ -661,7 +666,7 @@ db_test!(session_expiry, |app: TestApp| async move {
     )
     .await
     .unwrap();
-    assert_eq!(v.session.status, "expired");
+    assert_eq!(v.session.status, SessionStatus::Expired);
     let r = app
         .get(STATUS, &format!("{STATUS}?sessionId={session}"), key)
         .await;
@@ -696,7 +701,7 @@ db_test!(session_expiry, |app: TestApp| async move {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(row.status, "expired");
+    assert_eq!(row.status, SessionStatus::Expired);
 });
 
 db_test!(connection_limit, |app: TestApp| async move {
@@ -973,7 +978,7 @@ async fn stripe_sync_and_webhook(backend: Backend) {
             name: Set(name.to_string()),
             domain: Set(domain.map(str::to_string)),
             external_id: Set(ext.map(str::to_string)),
-            billing_status: Set("NONE".to_string()),
+            billing_status: Set(BillingStatus::None),
             mrr_cents: Set(0),
             traits: Set(json!({})),
             last_activity_at: Set(None),
@@ -1027,7 +1032,7 @@ async fn stripe_sync_and_webhook(backend: Backend) {
         ("CHURNED", 0)
     );
     let d = customer_by_name(&app, &org.organization_id, "cus_D").await;
-    assert_eq!(d.billing_status, "NONE");
+    assert_eq!(d.billing_status, BillingStatus::None);
     let epsilon = customer_by_name(&app, &org.organization_id, "Epsilon").await;
     assert_eq!(epsilon.mrr_cents, 1200 * 52 / 12);
     let history = billing_change::Entity::find()
@@ -1132,7 +1137,8 @@ async fn stripe_sync_and_webhook(backend: Backend) {
     snap!("webhook_missing_signature", scrub(&r.body, &app.base));
     let beta = customer_by_name(&app, &org.organization_id, "Beta").await;
     assert_eq!(
-        beta.billing_status, "TRIALING",
+        beta.billing_status,
+        BillingStatus::Trialing,
         "a refused delivery changed nothing"
     );
 

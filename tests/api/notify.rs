@@ -194,7 +194,10 @@ db_test!(
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(row.status, "delivered");
+        assert_eq!(
+            row.status,
+            entity::notification_delivery::DeliveryStatus::Delivered
+        );
         assert_eq!(row.attempts, 5);
         assert_eq!(rx.seen.lock().unwrap().len(), 5);
         // Delivered rows are never attempted again.

@@ -8,7 +8,12 @@ use custintel::{
     search::SearchIndex,
     tools::{query, schema, search_customer_context as search, ToolContext, ToolError},
 };
-use entity::{change, customer, fact, source};
+use entity::{
+    change,
+    customer::{self, BillingStatus},
+    fact::{self, FactStatus},
+    source,
+};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ConnectionTrait, DatabaseBackend, EntityTrait, Set,
     TransactionTrait,
@@ -33,7 +38,7 @@ async fn add_customer(
     org: &str,
     name: &str,
     domain: &str,
-    status: &str,
+    status: BillingStatus,
     mrr: i64,
 ) -> String {
     let id = uuid::Uuid::new_v4().to_string();
@@ -43,7 +48,7 @@ async fn add_customer(
         name: Set(name.into()),
         domain: Set(Some(domain.into())),
         external_id: Set(Some(format!("ext_{domain}"))),
-        billing_status: Set(status.into()),
+        billing_status: Set(status),
         mrr_cents: Set(mrr),
         traits: Set(json!({ "plan": "pro" })),
         last_activity_at: Set(Some(at(20))),
@@ -120,7 +125,7 @@ async fn put_fact(
     id: Option<&str>,
     customer_id: &str,
     text: &str,
-    status: &str,
+    status: FactStatus,
     source_type: &str,
     source_id: &str,
     occurred_at: DateTime<Utc>,
@@ -135,7 +140,7 @@ async fn put_fact(
         organization_id: Set(org.into()),
         customer_id: Set(customer_id.into()),
         text: Set(text.into()),
-        status: Set(status.into()),
+        status: Set(status),
         source_type: Set(source_type.into()),
         source_id: Set(source_id.into()),
         source_occurred_at: Set(occurred_at),
@@ -208,9 +213,25 @@ struct Seeded {
 async fn seed(app: &TestApp) -> Seeded {
     let org = app.org("Search Co").await.organization_id;
     let other_org = app.org("Other Co").await.organization_id;
-    let acme = add_customer(app, &org, "Acme", "acme.com", "PAYING", 49_900).await;
-    let globex = add_customer(app, &org, "Globex", "globex.com", "TRIALING", 0).await;
-    let rival = add_customer(app, &other_org, "Acme", "acme.com", "PAYING", 1).await;
+    let acme = add_customer(app, &org, "Acme", "acme.com", BillingStatus::Paying, 49_900).await;
+    let globex = add_customer(
+        app,
+        &org,
+        "Globex",
+        "globex.com",
+        BillingStatus::Trialing,
+        0,
+    )
+    .await;
+    let rival = add_customer(
+        app,
+        &other_org,
+        "Acme",
+        "acme.com",
+        BillingStatus::Paying,
+        1,
+    )
+    .await;
     put_source(
         app,
         &org,
@@ -267,7 +288,7 @@ async fn seed(app: &TestApp) -> Seeded {
         None,
         &acme,
         "Acme worries about renewal pricing",
-        "ACTIVE",
+        FactStatus::Active,
         "CALL",
         "call_1",
         at(10),
@@ -279,7 +300,7 @@ async fn seed(app: &TestApp) -> Seeded {
         None,
         &acme,
         "Acme dropped the renewal pricing concern",
-        "RETRACTED",
+        FactStatus::Retracted,
         "CALL",
         "call_1",
         at(10),
@@ -498,7 +519,7 @@ db_test!(
             None,
             &s.acme,
             "Acme loves koalas",
-            "ACTIVE",
+            FactStatus::Active,
             "EMAIL",
             "email_1",
             at(12),
@@ -515,7 +536,7 @@ db_test!(
             Some(&fact_id),
             &s.acme,
             "Acme loves koalas",
-            "SUPERSEDED",
+            FactStatus::Superseded,
             "EMAIL",
             "email_1",
             at(12),

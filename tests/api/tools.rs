@@ -3,6 +3,7 @@
 
 use chrono::{Duration, Utc};
 use custintel::import;
+use entity::customer::BillingStatus;
 use reqwest::{Method, StatusCode};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde_json::{json, Value};
@@ -93,13 +94,16 @@ pub async fn seed(app: &TestApp, org_id: &str) {
         .unwrap()
         .expect("acme");
     let now = Utc::now();
-    for (days, status, mrr) in [(40, "TRIALING", 0), (25, "PAYING", 49900)] {
+    for (days, status, mrr) in [
+        (40, BillingStatus::Trialing, 0),
+        (25, BillingStatus::Paying, 49900),
+    ] {
         entity::billing_change::ActiveModel {
             id: Set(uuid::Uuid::new_v4().to_string()),
             organization_id: Set(org_id.to_string()),
             customer_id: Set(acme.id.clone()),
             at: Set(now - Duration::days(days)),
-            billing_status: Set(status.into()),
+            billing_status: Set(status),
             mrr_cents: Set(mrr),
             origin: Set("ingest".into()),
         }

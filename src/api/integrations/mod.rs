@@ -243,7 +243,7 @@ impl IntegrationsApi {
                 )
                 .await?;
                 Ok(SessionStatus {
-                    status: v.session.status,
+                    status: v.session.status.to_string(),
                     provider: v.provider.id.to_string(),
                     error: v.session.error,
                 })
@@ -313,7 +313,7 @@ impl IntegrationsApi {
                         .into_iter()
                         .map(|s| ModelSyncStatus {
                             model: s.model,
-                            status: s.status,
+                            status: s.status.to_string(),
                             last_synced_at: ts_opt(s.last_synced_at),
                             error_message: s.error_message.into(),
                         })

@@ -30,8 +30,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         BillingEventStatus::Trialing => BillingStatus::Trialing,
         BillingEventStatus::Paid => BillingStatus::Paying,
         BillingEventStatus::Churned => BillingStatus::Churned,
-    }
-    .as_str();
+    };
     let mut found = None;
     for external_id in [customer_id, stripe_customer_id].into_iter().flatten() {
         found = customer::Entity::find()
@@ -59,7 +58,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         }
     };
     let mut updated = row.clone();
-    updated.billing_status = billing_status.to_string();
+    updated.billing_status = billing_status;
     merge_traits(&mut updated.traits, &stripe_trait);
     if updated != row {
         updated.updated_at = now;
@@ -72,7 +71,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
             organization_id: Set(org.to_string()),
             customer_id: Set(row.id.clone()),
             at: Set(at),
-            billing_status: Set(billing_status.to_string()),
+            billing_status: Set(billing_status),
             mrr_cents: Set(row.mrr_cents),
             origin: Set("ingest".to_string()),
         }

@@ -2,7 +2,10 @@
 //! journey stages identity implies or stage events set.
 
 use chrono::{DateTime, Utc};
-use entity::{customer, user, visitor};
+use entity::{
+    customer::{self, BillingStatus},
+    user, visitor,
+};
 use sea_orm::{
     sea_query::Expr, ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait,
     IntoActiveModel, QueryFilter, Set,
@@ -447,7 +450,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
                 name: Set(name.unwrap_or_else(|| who.external_id.clone())),
                 domain: Set(domain),
                 external_id: Set(Some(who.external_id.clone())),
-                billing_status: Set("NONE".to_string()),
+                billing_status: Set(BillingStatus::None),
                 mrr_cents: Set(0),
                 traits: Set(Value::Object(other)),
                 last_activity_at: Set(None),
