@@ -104,3 +104,35 @@ pub mod tracking_domain;
 pub mod user;
 pub mod visitor;
 pub mod workspace_user;
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        customer::BillingStatus, fact::FactStatus, notification_delivery::DeliveryStatus,
+        StatusEnum,
+    };
+
+    // Statuses that are also a wire form spell it through serde: it must be the stored one.
+    fn written_as_stored<S: StatusEnum + serde::Serialize + std::fmt::Debug>() {
+        for status in S::ALL {
+            let written = serde_json::to_value(status).unwrap();
+            assert_eq!(written, status.as_str(), "{status:?}");
+        }
+    }
+
+    fn read_from_stored<S: StatusEnum + serde::de::DeserializeOwned + std::fmt::Debug>() {
+        for status in S::ALL {
+            let sent = serde_json::Value::from(status.as_str());
+            assert_eq!(serde_json::from_value::<S>(sent).unwrap(), *status);
+        }
+    }
+
+    #[test]
+    fn wire_forms_are_the_stored_strings() {
+        written_as_stored::<BillingStatus>();
+        written_as_stored::<FactStatus>();
+        written_as_stored::<DeliveryStatus>();
+        read_from_stored::<BillingStatus>();
+        read_from_stored::<FactStatus>();
+    }
+}
