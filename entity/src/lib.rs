@@ -1,5 +1,6 @@
 //! sea-orm entities, one file per table. No logic lives here: the service's domain modules
-//! own behaviour and the API has its own DTO types named after the spec's resources.
+//! own behaviour and the API has its own DTO types named after the spec's resources. Status
+//! columns are typed: each has an enum made by `status_enum!`, next to its table's model.
 
 /// What code generic over a status column needs of its enum (made by `status_enum!`).
 pub trait StatusEnum: Copy + Eq + 'static {
