@@ -47,9 +47,6 @@ impl Plan {
     }
 }
 
-/// Default Ingest API requests per second per public key.
-pub const DEFAULT_INGEST_RATE_LIMIT: i32 = 100;
-
 #[derive(Debug, Clone)]
 pub struct NewOrganization {
     pub name: String,
@@ -181,7 +178,9 @@ pub async fn create_org(
         plan: Set(new.plan.as_str().to_string()),
         api_call_limit: Set(new.api_call_limit.or(new.plan.api_call_limit())),
         connection_limit: Set(new.connection_limit.or(new.plan.connection_limit())),
-        ingest_rate_limit: Set(new.ingest_rate_limit.unwrap_or(DEFAULT_INGEST_RATE_LIMIT)),
+        ingest_rate_limit: Set(new
+            .ingest_rate_limit
+            .unwrap_or(crate::ingest::DEFAULT_RATE_LIMIT)),
         created_at: Set(now),
     }
     .insert(&txn)

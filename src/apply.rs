@@ -33,8 +33,7 @@ use crate::{
         signals::{definition_json, EventMatchDefinition},
         PlatformError, SCHEMA_VERSION,
     },
-    request::{parse_from, PathSegment, ValidationIssue},
-    types::enum_str,
+    validation::{parse_from, PathSegment, ValidationIssue},
 };
 
 /// One resource in the plan: `{type, key, id}` (`id` null for a dry run's creations).
@@ -628,8 +627,8 @@ async fn check_automations<C: ConnectionTrait>(
             }
         }
 
-        let trigger_type = enum_str(&spec.trigger_type);
-        let match_mode = enum_str(&spec.match_mode);
+        let trigger_type = spec.trigger_type.as_str().to_string();
+        let match_mode = spec.match_mode.as_str().to_string();
         let trigger_json = Value::Object(spec.trigger_json);
         let audience = Value::Object(spec.audience_filter_json.unwrap_or_default());
         let item: Vec<PathSegment> = vec!["automations".into(), i.into()];

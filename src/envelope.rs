@@ -8,13 +8,14 @@ use poem_openapi::{
     error::{AuthorizationError, ContentTypeError, ParseParamError},
     payload::Json,
     types::{ParseFromJSON, ToJSON},
-    ApiResponse, Enum, Object,
+    ApiResponse, Enum, Object, Union,
 };
 use serde_json::Value;
 
 use crate::{
     correlation,
-    request::{RequestValidationError, ValidationIssue},
+    request::RequestValidationError,
+    validation::{PathSegment, ValidationIssue},
 };
 
 /// Version of every command's contract; the spec fixes 1 for `automation.enable`.
@@ -49,6 +50,15 @@ impl ResourceRef {
         Self {
             kind: kind.to_string(),
             id: id.into(),
+        }
+    }
+}
+
+impl From<crate::platform::ResourceRef> for ResourceRef {
+    fn from(r: crate::platform::ResourceRef) -> Self {
+        Self {
+            kind: r.kind,
+            id: r.id,
         }
     }
 }
@@ -124,7 +134,47 @@ pub struct ErrorBody {
     pub error: String,
     /// Validation issues, when the error is about the request's content.
     #[oai(skip_serializing_if_is_none)]
-    pub details: Option<Vec<ValidationIssue>>,
+    pub details: Option<Vec<IssueBody>>,
+}
+
+/// A validation issue: where in the input, and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Object)]
+#[oai(rename = "ValidationIssue")]
+pub struct IssueBody {
+    /// Keys and array indexes from the root of the input to the offending value; empty for the
+    /// input as a whole.
+    pub path: Vec<PathSegmentBody>,
+    pub message: String,
+}
+
+/// One segment of a validation path: an object key or an array index.
+#[derive(Debug, Clone, PartialEq, Union)]
+#[oai(rename = "PathSegment")]
+pub enum PathSegmentBody {
+    Key(String),
+    Index(i64),
+}
+
+impl From<ValidationIssue> for IssueBody {
+    fn from(issue: ValidationIssue) -> Self {
+        let path = issue
+            .path
+            .into_iter()
+            .map(|segment| match segment {
+                PathSegment::Key(key) => PathSegmentBody::Key(key),
+                PathSegment::Index(index) => PathSegmentBody::Index(index),
+            })
+            .collect();
+        Self {
+            path,
+            message: issue.message,
+        }
+    }
+}
+
+/// The wire form of domain issues.
+pub fn issue_bodies(issues: Vec<ValidationIssue>) -> Vec<IssueBody> {
+    issues.into_iter().map(IssueBody::from).collect()
 }
 
 impl ErrorBody {

@@ -32,7 +32,7 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::tools::common::normalize_source_type;
+use crate::tools::common::{normalize_email, normalize_source_type};
 
 /// Lines per chunk: one write transaction each. At the import's pace a chunk holds the SQLite
 /// write lock for tens of milliseconds, short enough for a serving instance's writers to wait.
@@ -186,12 +186,6 @@ const BILLING_STATUSES: [&str; 4] = [
 use entity::user::STAGES;
 const ROLES: [&str; 4] = ["CSM", "MANAGER", "ACCOUNT_OWNER", "ADMIN"];
 const FACT_STATUSES: [&str; 3] = ["ACTIVE", "SUPERSEDED", "RETRACTED"];
-
-/// The one form emails are stored and looked up in: trimmed and lower-case (as ingest writes
-/// them), so a lookup is an equality through the `(organization_id, email)` index.
-pub fn normalize_email(raw: &str) -> String {
-    raw.trim().to_lowercase()
-}
 
 /// Parses one JSON Lines line, naming the offending field.
 pub fn parse_line(text: &str) -> Result<ImportRecord, String> {
@@ -1255,27 +1249,6 @@ fn source_type(field: &str, raw: &str) -> Result<&'static str, String> {
             "{field}: `{raw}` is not one of CALL, EMAIL, CALENDAR_EVENT, SUPPORT_TICKET, OPPORTUNITY"
         )
     })
-}
-
-/// Appends a `change_log` row and returns its sequence number for the source or fact's
-/// `change_seq`, so the search index following the change feed sees every write.
-pub async fn record_change(
-    txn: &DatabaseTransaction,
-    org: &str,
-    artifact_type: &str,
-    artifact_id: &str,
-    at: DateTime<Utc>,
-) -> Result<i64, DbErr> {
-    let row = change::ActiveModel {
-        seq: NotSet,
-        organization_id: Set(org.to_string()),
-        artifact_type: Set(artifact_type.to_string()),
-        artifact_id: Set(artifact_id.to_string()),
-        created_at: Set(at),
-    }
-    .insert(txn)
-    .await?;
-    Ok(row.seq)
 }
 
 /// Ids of the organization's customers by externalId, for callers that imported customers

@@ -12,7 +12,7 @@ use poem::{
 };
 use serde_json::{json, Value};
 
-use crate::{api, correlation};
+use crate::{api, correlation_header};
 
 /// The published description as a JSON value. Post-processing adds what poem-openapi cannot
 /// say: named objects allow no properties beyond their declared ones (the spec's envelopes
@@ -168,7 +168,7 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
         .at("/mcp", mcp)
         .catch_all_error(json_error)
         .around(crate::metrics::middleware)
-        .around(correlation::middleware)
+        .around(correlation_header::middleware)
 }
 
 /// Binds `bind` and serves until the process ends; returns the bound address through `on_bound`.

@@ -2,12 +2,14 @@
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use poem_openapi::{
     registry::{MetaSchema, MetaSchemaRef, Registry},
-    types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type},
+    types::{MaybeUndefined, ParseError, ParseFromJSON, ParseResult, ToJSON, Type},
 };
 use serde_json::Value;
+
+use crate::platform::Patch;
 
 /// A field that is always present in a response and may be `null`.
 ///
@@ -131,15 +133,9 @@ impl<T: ToJSON> ToJSON for Nullable<T> {
     }
 }
 
-/// Every `...At` field: RFC 3339 in UTC with a `Z` and millisecond precision.
+/// Every `...At` field, in the form [`crate::timestamp::format`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Timestamp(pub DateTime<Utc>);
-
-impl Timestamp {
-    pub fn format(dt: &DateTime<Utc>) -> String {
-        dt.to_rfc3339_opts(SecondsFormat::Millis, true)
-    }
-}
 
 impl From<DateTime<Utc>> for Timestamp {
     fn from(value: DateTime<Utc>) -> Self {
@@ -184,7 +180,7 @@ impl ParseFromJSON for Timestamp {
 
 impl ToJSON for Timestamp {
     fn to_json(&self) -> Option<Value> {
-        Some(Value::String(Self::format(&self.0)))
+        Some(Value::String(crate::timestamp::format(&self.0)))
     }
 }
 
@@ -198,10 +194,13 @@ pub fn parse_enum<E: ParseFromJSON>(raw: &str) -> Option<E> {
     E::parse_from_json(Some(Value::String(raw.to_string()))).ok()
 }
 
-/// Writes a poem-openapi `Enum` in its wire (and stored) string form.
-pub fn enum_str<E: ToJSON>(value: &E) -> String {
-    match value.to_json() {
-        Some(Value::String(s)) => s,
-        _ => String::new(),
+/// An optional nullable body field, as the domain takes it.
+impl<T> From<MaybeUndefined<T>> for Patch<T> {
+    fn from(value: MaybeUndefined<T>) -> Self {
+        match value {
+            MaybeUndefined::Undefined => Patch::Absent,
+            MaybeUndefined::Null => Patch::Null,
+            MaybeUndefined::Value(v) => Patch::Value(v),
+        }
     }
 }

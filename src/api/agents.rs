@@ -5,6 +5,7 @@ use poem_openapi::{
     param::{Path, Query},
     Enum, Object, OpenApi,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
@@ -13,11 +14,60 @@ use crate::{
     api::ApiKeyAuth,
     command_data,
     envelope::{ActionResponse, ResourceRef},
-    platform::agents::{self, AgentUpdate},
+    platform::agents,
     request::JsonBody,
     types::{ts_opt, Nullable, Timestamp},
 };
 use entity::{agent, agent_run};
+
+/// Changes to an agent; every field is optional and only sent fields change.
+#[derive(Debug, Default, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct AgentUpdate {
+    /// New display name, 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub display_name: Option<String>,
+    /// The agent's instructions, 1 to 10000 characters. Accepted here, never returned.
+    #[oai(validator(min_length = 1, max_length = 10000))]
+    pub instructions: Option<String>,
+    /// Keys of the actions the agent may take; each at least 1 character. The service knows
+    /// `notify_destination`, `tag_customer` and `create_fact`; other keys are reported on the
+    /// agent's runs and never run.
+    pub action_keys: Option<Vec<String>>,
+    /// The agent's own schedule (extension).
+    pub schedule: Option<ScheduleUpdate>,
+}
+
+/// When the agent runs on its own: a 5-field cron read in a time zone.
+#[derive(Debug, Default, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct ScheduleUpdate {
+    /// Whether the schedule runs. Enabling needs a cron (sent now or set before).
+    pub enabled: bool,
+    /// 5-field POSIX cron: minute hour day-of-month month day-of-week (`0 9 * * 1` is Mondays
+    /// at 09:00). Omitted: the current one is kept.
+    pub cron: Option<String>,
+    /// IANA time zone the cron is read in (`Europe/Berlin`). Omitted: the current one is kept
+    /// (`UTC` by default).
+    pub timezone: Option<String>,
+}
+
+impl From<AgentUpdate> for agents::AgentChanges {
+    fn from(body: AgentUpdate) -> Self {
+        Self {
+            display_name: body.display_name,
+            instructions: body.instructions,
+            action_keys: body.action_keys,
+            schedule: body.schedule.map(|s| agents::ScheduleChanges {
+                enabled: s.enabled,
+                cron: s.cron,
+                timezone: s.timezone,
+            }),
+        }
+    }
+}
 
 /// The agent's run schedule.
 #[derive(Debug, Object)]
@@ -346,7 +396,7 @@ impl AgentsApi {
         let auth = caller!(self.state, key, AgentUpdateData);
         let ctx = action_ctx::<AgentUpdateData>(&auth);
         reply_change(
-            agents::update(&self.state.db, &ctx, &id, body.0).await,
+            agents::update(&self.state.db, &ctx, &id, body.0.into()).await,
             |v| AgentUpdateData { agent: v.into() },
         )
     }

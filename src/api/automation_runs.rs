@@ -15,8 +15,9 @@ use crate::{
     engine::history::{self, RunView, TestInput},
     envelope::{ActionResponse, ResourceRef},
     platform::PlatformError,
-    request::{JsonBody, ValidationIssue},
+    request::JsonBody,
     types::{parse_enum, ts_opt, Nullable, Timestamp},
+    validation::ValidationIssue,
 };
 
 /// What a run is about: a user (or an anonymous visitor) or a customer.

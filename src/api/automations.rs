@@ -1,9 +1,13 @@
 //! `/api/automations`: automation.list, .get, .create (extensions), .enable, .disable.
 
+use std::collections::BTreeMap;
+
 use poem_openapi::{
     param::{Path, Query},
+    types::MaybeUndefined,
     Enum, Object, OpenApi,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
@@ -14,12 +18,105 @@ use crate::{
     api::ApiKeyAuth,
     command_data,
     envelope::ActionResponse,
-    platform::automations::{
-        self, AutomationCreate, AutomationView, ManagedBy, MatchMode, TriggerType,
-    },
+    platform::automations::{self, AutomationView},
     request::JsonBody,
     types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
+
+/// What starts an automation run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TriggerType {
+    SignalOccurrence,
+    Schedule,
+}
+
+/// How the automation's signals combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MatchMode {
+    Any,
+    All,
+    AtLeast,
+}
+
+/// Who manages a configuration resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum ManagedBy {
+    #[oai(rename = "UI")]
+    Ui,
+    #[oai(rename = "CODE")]
+    Code,
+}
+
+/// A new automation. It is created disabled; enable it once its requirements are met.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct AutomationCreate {
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: String,
+    /// Up to 1000 characters, or null.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+    /// Unique in the organization; defaults to a slug of the name.
+    pub key: Option<String>,
+    pub trigger_type: TriggerType,
+    /// Trigger settings (an object), e.g. `{"cron": "0 9 * * 1"}` for a schedule.
+    pub trigger_json: BTreeMap<String, Value>,
+    /// Audience filter (an object); defaults to `{}`, everyone.
+    pub audience_filter_json: Option<BTreeMap<String, Value>>,
+    /// Agent that processes runs, or null.
+    #[serde(default)]
+    pub agent_id: MaybeUndefined<String>,
+    pub match_mode: MatchMode,
+    /// Ids of the organization's signals.
+    #[serde(default)]
+    pub signal_ids: Vec<String>,
+    /// Ids of the organization's destinations.
+    #[serde(default)]
+    pub destination_ids: Vec<String>,
+}
+
+impl From<TriggerType> for automations::TriggerType {
+    fn from(value: TriggerType) -> Self {
+        match value {
+            TriggerType::SignalOccurrence => Self::SignalOccurrence,
+            TriggerType::Schedule => Self::Schedule,
+        }
+    }
+}
+
+impl From<MatchMode> for automations::MatchMode {
+    fn from(value: MatchMode) -> Self {
+        match value {
+            MatchMode::Any => Self::Any,
+            MatchMode::All => Self::All,
+            MatchMode::AtLeast => Self::AtLeast,
+        }
+    }
+}
+
+impl From<AutomationCreate> for automations::NewAutomation {
+    fn from(body: AutomationCreate) -> Self {
+        Self {
+            name: body.name,
+            description: body.description.into(),
+            key: body.key,
+            trigger_type: body.trigger_type.into(),
+            trigger_json: body.trigger_json,
+            audience_filter_json: body.audience_filter_json,
+            agent_id: body.agent_id.into(),
+            match_mode: body.match_mode.into(),
+            signal_ids: body.signal_ids,
+            destination_ids: body.destination_ids,
+        }
+    }
+}
 
 /// Status of an automation's latest run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
@@ -227,7 +324,7 @@ impl AutomationsApi {
         let auth = caller!(self.state, key, AutomationCreateData);
         let ctx = action_ctx::<AutomationCreateData>(&auth);
         reply_change(
-            automations::create(&self.state.db, &ctx, body.0).await,
+            automations::create(&self.state.db, &ctx, body.0.into()).await,
             |v| AutomationCreateData {
                 automation: v.into(),
             },

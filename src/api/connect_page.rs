@@ -20,7 +20,7 @@ use crate::{
         providers::SetupMode,
         sessions::{self, PageAnswer, PageOutcome, SessionView},
     },
-    request::{PathSegment, ValidationIssue},
+    validation::{PathSegment, ValidationIssue},
 };
 
 /// Escapes text for HTML element and attribute content.

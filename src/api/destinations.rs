@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use poem_openapi::{param::Path, Enum, Object, OpenApi};
+use poem_openapi::{param::Path, types::MaybeUndefined, Enum, Object, OpenApi};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
@@ -10,11 +11,84 @@ use crate::{
     api::ApiKeyAuth,
     command_data,
     envelope::{ActionResponse, ResourceRef},
-    platform::destinations::{self, DestinationCreate, DestinationUpdate},
+    platform::destinations,
     request::JsonBody,
     types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
 use entity::destination;
+
+/// Changes to a webhook destination; only sent fields change.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct DestinationUpdate {
+    /// Always `WEBHOOK_ENDPOINT`: only webhook destinations are changed through this route.
+    #[oai(rename = "type")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: Option<String>,
+    /// Up to 1000 characters, or null to clear it.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+    pub enabled: Option<bool>,
+    /// `https://...`, or `http://` only for `localhost`, `127.0.0.1`, `[::1]` or `::1`.
+    pub url: Option<String>,
+}
+
+/// A new destination: a signed webhook endpoint or a Slack channel (incoming webhook).
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct DestinationCreate {
+    /// `WEBHOOK_ENDPOINT` (needs `url`) or `SLACK_CHANNEL` (needs `webhookUrl`).
+    #[oai(rename = "type")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: String,
+    /// Up to 1000 characters, or null.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+    /// Defaults to true.
+    pub enabled: Option<bool>,
+    /// Makes this the organization's default destination (clears the previous default).
+    pub is_default: Option<bool>,
+    /// Webhook endpoint URL (`WEBHOOK_ENDPOINT`), same rule as on update.
+    pub url: Option<String>,
+    /// Slack incoming-webhook URL (`SLACK_CHANNEL`), `https://` only. Stored encrypted.
+    pub webhook_url: Option<String>,
+}
+
+impl From<DestinationUpdate> for destinations::DestinationChanges {
+    fn from(body: DestinationUpdate) -> Self {
+        Self {
+            kind: body.kind,
+            name: body.name,
+            description: body.description.into(),
+            enabled: body.enabled,
+            url: body.url,
+        }
+    }
+}
+
+impl From<DestinationCreate> for destinations::NewDestination {
+    fn from(body: DestinationCreate) -> Self {
+        Self {
+            kind: body.kind,
+            name: body.name,
+            description: body.description.into(),
+            enabled: body.enabled,
+            is_default: body.is_default,
+            url: body.url,
+            webhook_url: body.webhook_url,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
 #[oai(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -206,7 +280,7 @@ impl DestinationsApi {
         let auth = caller!(self.state, key, DestinationCreateData);
         let ctx = action_ctx::<DestinationCreateData>(&auth);
         reply_change(
-            destinations::create(&self.state.db, &self.state.secrets, &ctx, body.0).await,
+            destinations::create(&self.state.db, &self.state.secrets, &ctx, body.0.into()).await,
             |c| DestinationCreateData {
                 destination: c.destination.into(),
                 signing_secret: c.signing_secret,
@@ -233,7 +307,7 @@ impl DestinationsApi {
         let auth = caller!(self.state, key, DestinationUpdateData);
         let ctx = action_ctx::<DestinationUpdateData>(&auth);
         reply_change(
-            destinations::update(&self.state.db, &ctx, &id, body.0).await,
+            destinations::update(&self.state.db, &ctx, &id, body.0.into()).await,
             |v| DestinationUpdateData {
                 destination: v.into(),
             },

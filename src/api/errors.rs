@@ -31,14 +31,14 @@ use crate::{
     auth::AuthError,
     correlation,
     envelope::{
-        ActionResponse, CommandData, CommandError, ErrorBody, ErrorCode, ErrorEnvelope,
-        COMMAND_VERSION,
+        issue_bodies, ActionResponse, CommandData, CommandError, ErrorBody, ErrorCode,
+        ErrorEnvelope, COMMAND_VERSION,
     },
     ingest::IngestError,
     integrations::IntegrationError,
     platform::PlatformError,
-    request::ValidationIssue,
     tools::ToolError,
+    validation::ValidationIssue,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ impl<T: CommandData> From<PlatformError> for ActionResponse<T> {
 pub fn invalid_tool_call(issues: Vec<ValidationIssue>) -> ToolCallResponse {
     ToolCallResponse::BadRequest(Json(ErrorBody {
         error: "invalid tool call".to_string(),
-        details: Some(issues),
+        details: Some(issue_bodies(issues)),
     }))
 }
 
@@ -262,14 +262,14 @@ pub fn integration_validation<T: ParseFromJSON + ToJSON + Send + Sync>(
 ) -> IntegrationResponse<T> {
     IntegrationResponse::BadRequest(Json(ErrorBody {
         error: invalid_request_message(&issues),
-        details: Some(issues),
+        details: Some(issue_bodies(issues)),
     }))
 }
 
 fn bad_request_body(message: String, issues: Vec<ValidationIssue>) -> Json<ErrorBody> {
     Json(ErrorBody {
         error: message,
-        details: (!issues.is_empty()).then_some(issues),
+        details: (!issues.is_empty()).then(|| issue_bodies(issues)),
     })
 }
 
@@ -422,7 +422,7 @@ impl From<IngestError> for PreflightResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::PathSegment;
+    use crate::validation::PathSegment;
 
     /// An agent reads a failed tool call as [`ToolError::to_json`]; HTTP and MCP answer the
     /// typed body mapped here. They must say the same.

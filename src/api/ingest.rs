@@ -17,7 +17,8 @@ use poem_openapi::{
 };
 
 use super::ApiTags;
-use crate::ingest::{self, model::IngestRequest, Ingest, IngestError, RateInfo};
+use super::{ingest_batch::IngestRequest, ingest_body};
+use crate::ingest::{self, Ingest, IngestError, RateInfo};
 
 /// Every event was stored.
 #[derive(Debug, Object)]
@@ -327,9 +328,9 @@ impl IngestApi {
             headers.extend(cors_headers(origin));
             headers.push((header::VARY, value("Origin")));
         }
-        ingest::body::check_content_type(header_str(req, header::CONTENT_TYPE))?;
-        let encoding = ingest::body::encoding(header_str(req, header::CONTENT_ENCODING))?;
-        let bytes = ingest::body::read(body, encoding).await?;
+        ingest_body::check_content_type(header_str(req, header::CONTENT_TYPE))?;
+        let encoding = ingest_body::encoding(header_str(req, header::CONTENT_ENCODING))?;
+        let bytes = ingest_body::read(body, encoding).await?;
         self.ingest.accept(&tracking, &bytes, received_at).await
     }
 }

@@ -6,7 +6,7 @@ use super::{errors, ApiTags, AppState};
 use crate::{
     api::ApiKeyAuth,
     auth::authenticate,
-    envelope::{request_issues, ErrorBody},
+    envelope::{issue_bodies, request_issues, ErrorBody},
     types::Nullable,
 };
 
@@ -53,7 +53,7 @@ fn validate_bad_request(err: poem::Error) -> ValidateKeyResponse {
     let issues = request_issues(&err);
     ValidateKeyResponse::BadRequest(Json(ErrorBody {
         error: "malformed request".to_string(),
-        details: Some(issues),
+        details: Some(issue_bodies(issues)),
     }))
 }
 

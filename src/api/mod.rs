@@ -8,6 +8,8 @@ pub mod connect_page;
 pub mod destinations;
 pub mod errors;
 pub mod ingest;
+pub mod ingest_batch;
+pub mod ingest_body;
 pub mod integrations;
 pub mod keys;
 pub mod signals;
@@ -81,7 +83,10 @@ pub fn reply_change<V, T: CommandData>(
     result: PlatformResult<Change<V>>,
     data: impl FnOnce(V) -> T,
 ) -> ActionResponse<T> {
-    reply(result.map(|c| (data(c.view), c.resources, Some(c.audit_id))))
+    reply(result.map(|c| {
+        let resources = c.resources.into_iter().map(ResourceRef::from).collect();
+        (data(c.view), resources, Some(c.audit_id))
+    }))
 }
 
 /// The caller of a platform action, or the response that refuses it.

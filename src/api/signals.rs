@@ -2,16 +2,18 @@
 
 use poem_openapi::{
     param::{Path, Query},
+    types::MaybeUndefined,
     Enum, Object, OpenApi,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
+use super::{action_ctx, automations::ManagedBy, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     api::ApiKeyAuth,
     command_data,
     envelope::{ActionResponse, ResourceRef},
-    platform::{automations::ManagedBy, signals, signals::SignalCreate},
+    platform::signals,
     request::JsonBody,
     types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
@@ -60,6 +62,77 @@ impl From<signal::Model> for Signal {
             archived_at: ts_opt(m.archived_at),
             created_at: m.created_at.into(),
             updated_at: m.updated_at.into(),
+        }
+    }
+}
+
+/// A new signal. Only `EVENT_MATCH` signals can be created through the API.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct SignalCreate {
+    /// Always `EVENT_MATCH`.
+    pub kind: String,
+    /// 1 to 120 characters.
+    #[oai(validator(min_length = 1, max_length = 120))]
+    pub name: String,
+    /// What to match. `grain`: `user` or `customer`; `subjectResolver`: `userId`, `email`,
+    /// `customerId` or `visitorId`; `eventNames`: non-empty list of event names;
+    /// `propertyConditions`: list of `{property, operator, value}` with operator one of `eq`,
+    /// `neq`, `contains`, `gt`, `gte`, `lt`, `lte`, `exists` (no `value` for `exists`);
+    /// `conditionMode`: `ALL` or `ANY`. All five are required; other keys are refused.
+    pub definition: EventMatchDefinition,
+    /// Up to 1000 characters, or null.
+    #[oai(validator(max_length = 1000))]
+    #[serde(default)]
+    pub description: MaybeUndefined<String>,
+}
+
+/// Definition of an `EVENT_MATCH` signal.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[oai(rename_all = "camelCase")]
+pub struct EventMatchDefinition {
+    pub grain: String,
+    pub subject_resolver: String,
+    pub event_names: Vec<String>,
+    pub property_conditions: Vec<PropertyCondition>,
+    pub condition_mode: String,
+}
+
+/// One condition on an event property.
+#[derive(Debug, Deserialize, Object)]
+#[serde(deny_unknown_fields)]
+pub struct PropertyCondition {
+    pub property: String,
+    pub operator: String,
+    /// Compared value; omitted for `exists`.
+    #[serde(default)]
+    pub value: Option<Value>,
+}
+
+impl From<SignalCreate> for signals::NewSignal {
+    fn from(body: SignalCreate) -> Self {
+        let d = body.definition;
+        Self {
+            kind: body.kind,
+            name: body.name,
+            definition: signals::EventMatchDefinition {
+                grain: d.grain,
+                subject_resolver: d.subject_resolver,
+                event_names: d.event_names,
+                property_conditions: d
+                    .property_conditions
+                    .into_iter()
+                    .map(|c| signals::PropertyCondition {
+                        property: c.property,
+                        operator: c.operator,
+                        value: c.value,
+                    })
+                    .collect(),
+                condition_mode: d.condition_mode,
+            },
+            description: body.description.into(),
         }
     }
 }
@@ -158,9 +231,10 @@ impl SignalsApi {
     ) -> ActionResponse<SignalCreateData> {
         let auth = caller!(self.state, key, SignalCreateData);
         let ctx = action_ctx::<SignalCreateData>(&auth);
-        reply_change(signals::create(&self.state.db, &ctx, body.0).await, |v| {
-            SignalCreateData { signal: v.into() }
-        })
+        reply_change(
+            signals::create(&self.state.db, &ctx, body.0.into()).await,
+            |v| SignalCreateData { signal: v.into() },
+        )
     }
 
     /// Archive a signal

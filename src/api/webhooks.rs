@@ -11,9 +11,10 @@ use poem_openapi::{
 
 use super::{ApiTags, AppState};
 use crate::{
-    envelope::{request_issues, ErrorBody},
+    envelope::{issue_bodies, request_issues, ErrorBody},
     integrations::webhook,
-    request::{RequestValidationError, ValidationIssue, MAX_BODY_BYTES},
+    request::{RequestValidationError, MAX_BODY_BYTES},
+    validation::ValidationIssue,
 };
 
 /// A Stripe event exactly as sent: the signature covers these bytes, so they are kept raw.
@@ -90,7 +91,10 @@ fn webhook_bad_request(err: poem::Error) -> WebhookResponse {
             let message = "the `Stripe-Signature` header is required: Stripe signs every delivery";
             return WebhookResponse::BadRequest(Json(ErrorBody {
                 error: message.to_string(),
-                details: Some(vec![ValidationIssue::at("Stripe-Signature", message)]),
+                details: Some(issue_bodies(vec![ValidationIssue::at(
+                    "Stripe-Signature",
+                    message,
+                )])),
             }));
         }
     }
@@ -107,7 +111,7 @@ fn webhook_bad_request(err: poem::Error) -> WebhookResponse {
         .unwrap_or_else(|| "invalid request".to_string());
     WebhookResponse::BadRequest(Json(ErrorBody {
         error,
-        details: Some(issues),
+        details: Some(issue_bodies(issues)),
     }))
 }
 

@@ -42,7 +42,7 @@ pub fn page_request(
     limit: Option<u32>,
     cursor: Option<&str>,
 ) -> PlatformResult<PageRequest> {
-    let mut issues = crate::request::Issues::default();
+    let mut issues = crate::validation::Issues::default();
     let status = status.map(|s| s.trim().to_ascii_uppercase());
     if let Some(s) = &status {
         if !statuses.contains(&s.as_str()) {

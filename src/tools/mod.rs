@@ -30,8 +30,8 @@ pub mod send_notification;
 use serde_json::{Map, Value};
 
 use crate::{
-    request::{PathSegment, ValidationIssue},
     state::AppState,
+    validation::{PathSegment, ValidationIssue},
 };
 
 /// What a tool call runs with: the service's state and the caller's organization.

@@ -1,12 +1,9 @@
-//! Reads a request body with a hard bound, decompressing gzip without ever holding more than
-//! the bound: a small compressed bomb is refused after 1 MiB of output, not inflated whole.
+//! Reads an Ingest request body with a hard bound, decompressing gzip without ever holding more
+//! than the bound: a small compressed bomb is refused after 1 MiB of output, not inflated whole.
 
 use std::io::Read;
 
-use super::IngestError;
-
-/// Largest body accepted, after decompression (1 MB = 1,048,576 bytes).
-pub const MAX_BODY_BYTES: usize = 1_048_576;
+use crate::ingest::{IngestError, MAX_BODY_BYTES};
 
 /// The content encodings accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
