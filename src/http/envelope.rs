@@ -1,5 +1,5 @@
 //! The command envelope of platform actions and the error bodies, in one place; which domain
-//! error answers which of them is decided in [`crate::api::errors`].
+//! error answers which of them is decided in [`crate::http::api::errors`].
 
 use std::collections::BTreeMap;
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::{
     correlation,
-    request::RequestValidationError,
+    http::request::RequestValidationError,
     validation::{PathSegment, ValidationIssue},
 };
 
@@ -30,7 +30,7 @@ pub trait CommandData: ParseFromJSON + ToJSON + Send + Sync {
 #[macro_export]
 macro_rules! command_data {
     ($ty:ty, $id:literal) => {
-        impl $crate::envelope::CommandData for $ty {
+        impl $crate::http::envelope::CommandData for $ty {
             const COMMAND_ID: &'static str = $id;
         }
     };
@@ -239,9 +239,9 @@ impl<T: CommandData> ActionResponse<T> {
         }))
     }
 
-    /// 400 `validation_failed` with `details.issues` (see [`crate::api::errors`]).
+    /// 400 `validation_failed` with `details.issues` (see [`crate::http::api::errors`]).
     pub fn validation(issues: Vec<ValidationIssue>) -> Self {
-        crate::api::errors::action_validation(issues)
+        crate::http::api::errors::action_validation(issues)
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {

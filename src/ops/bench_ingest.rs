@@ -15,10 +15,10 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use crate::{
-    admin::{self, NewOrganization, Plan},
     crypto::SecretBox,
     db,
     ingest::{dedup, journal, stats, validate},
+    ops::admin::{self, NewOrganization, Plan},
     state::AppState,
 };
 
@@ -487,7 +487,7 @@ pub(crate) async fn start_instance(
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let _ = crate::server::serve(state, "127.0.0.1:0", move |addr| {
+        let _ = crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
             let _ = tx.send(addr);
         })
         .await;

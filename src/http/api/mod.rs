@@ -20,7 +20,7 @@ use poem_openapi::{OpenApiService, Tags};
 
 use crate::{
     auth::{authenticate, AuthContext},
-    envelope::{ActionResponse, CommandData, ResourceRef},
+    http::envelope::{ActionResponse, CommandData, ResourceRef},
     platform::{ActionContext, Change, PlatformError, PlatformResult},
 };
 
@@ -94,7 +94,7 @@ macro_rules! caller {
     ($state:expr, $key:expr, $data:ty) => {
         match $state.auth(&$key).await {
             Ok(auth) => auth,
-            Err(e) => return <$crate::envelope::ActionResponse<$data>>::from(e),
+            Err(e) => return <$crate::http::envelope::ActionResponse<$data>>::from(e),
         }
     };
 }

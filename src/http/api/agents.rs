@@ -11,12 +11,12 @@ use serde_json::Value;
 use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     agents::run_records,
-    api::ApiKeyAuth,
     command_data,
-    envelope::{ActionResponse, ResourceRef},
+    http::api::ApiKeyAuth,
+    http::envelope::{ActionResponse, ResourceRef},
+    http::request::JsonBody,
+    http::types::{ts_opt, Nullable, Timestamp},
     platform::agents,
-    request::JsonBody,
-    types::{ts_opt, Nullable, Timestamp},
 };
 use entity::{agent, agent_run};
 

@@ -20,15 +20,15 @@ use serde_json::{Map, Value};
 
 use super::{ApiTags, AppState};
 use crate::{
-    api::ApiKeyAuth,
     auth::{authenticate, AuthContext},
-    envelope::{request_issues, ErrorBody},
+    http::api::ApiKeyAuth,
+    http::envelope::{request_issues, ErrorBody},
+    http::request::JsonBody,
+    http::types::{ts_opt, Nullable, Timestamp},
     integrations::{
         capabilities, connections, providers, sessions, setup, IntegrationError, IntegrationResult,
         Provider,
     },
-    request::JsonBody,
-    types::{ts_opt, Nullable, Timestamp},
 };
 
 pub struct IntegrationsApi {

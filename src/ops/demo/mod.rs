@@ -22,7 +22,7 @@ use conversations::*;
 use platform::*;
 
 use crate::crypto::{mask, SecretBox};
-use crate::import::{
+use crate::ops::import::{
     self, CustomerRecord, FactRecord, ImportRecord, SourceRecord, UserRecord, WorkspaceUserRecord,
 };
 use crate::platform::{config_hash, destinations::new_signing_secret, SCHEMA_VERSION};
@@ -189,7 +189,7 @@ struct DemoUser {
 
 /// Seeds the demo data set into an existing organization, in one transaction. Customers,
 /// users, workspace users, sources and facts go through the import path
-/// ([`crate::import::import_records`]), like a `custintel import` file would.
+/// ([`crate::ops::import::import_records`]), like a `custintel import` file would.
 pub async fn seed(db: &DatabaseConnection, secrets: &SecretBox, org_id: &str) -> Result<()> {
     let now = Utc::now();
     let mut customers = plan_customers(now);

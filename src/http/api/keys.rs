@@ -4,10 +4,10 @@ use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 
 use super::{errors, ApiTags, AppState};
 use crate::{
-    api::ApiKeyAuth,
     auth::authenticate,
-    envelope::{issue_bodies, request_issues, ErrorBody},
-    types::Nullable,
+    http::api::ApiKeyAuth,
+    http::envelope::{issue_bodies, request_issues, ErrorBody},
+    http::types::Nullable,
 };
 
 /// A valid key and the organization it belongs to.

@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::{errors, ApiTags, AppState};
 use crate::{
-    api::ApiKeyAuth,
     auth::authenticate,
-    envelope::{request_issues, ErrorBody},
-    request::JsonBody,
+    http::api::ApiKeyAuth,
+    http::envelope::{request_issues, ErrorBody},
+    http::request::JsonBody,
     tools::{self, registry, ToolContext},
 };
 

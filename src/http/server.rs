@@ -12,7 +12,7 @@ use poem::{
 };
 use serde_json::{json, Value};
 
-use crate::{api, correlation_header};
+use crate::http::{api, correlation};
 
 /// The published description as a JSON value. Post-processing adds what poem-openapi cannot
 /// say: named objects allow no properties beyond their declared ones (the spec's envelopes
@@ -104,7 +104,7 @@ async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
 /// Prometheus scrape endpoint (no key: it shows counts only, never an organization's data).
 #[handler]
 async fn metrics_text(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
-    crate::metrics::render(&db)
+    crate::http::metrics::render(&db)
         .await
         .with_content_type("text/plain; version=0.0.4; charset=utf-8")
         .into_response()
@@ -135,7 +135,7 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
     let connect_page = get(api::connect_page::show)
         .post(api::connect_page::submit)
         .data(state.clone());
-    let mcp = crate::mcp::endpoint(state.clone());
+    let mcp = crate::http::mcp::endpoint(state.clone());
     let ready = get(readyz).data(state.db.clone());
     let metrics = get(metrics_text).data(state.db.clone());
     let service = api::service(state);
@@ -167,8 +167,8 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
         .at("/connect/:session_id", connect_page)
         .at("/mcp", mcp)
         .catch_all_error(json_error)
-        .around(crate::metrics::middleware)
-        .around(correlation_header::middleware)
+        .around(crate::http::metrics::middleware)
+        .around(correlation::middleware)
 }
 
 /// Binds `bind` and serves until the process ends; returns the bound address through `on_bound`.

@@ -1,7 +1,7 @@
 //! The one place that maps domain errors to HTTP: each domain error type ([`PlatformError`],
 //! [`ToolError`], [`AuthError`], [`IntegrationError`], [`IngestError`]) to the status and body
 //! the spec gives it, as the typed response of the route that answers. Handlers call `?`-style
-//! `.into()` or the functions here; nothing else in `src/api/` picks a status for a domain error.
+//! `.into()` or the functions here; nothing else in `src/http/api/` picks a status for a domain error.
 
 use std::collections::BTreeMap;
 
@@ -30,7 +30,7 @@ use super::{
 use crate::{
     auth::AuthError,
     correlation,
-    envelope::{
+    http::envelope::{
         issue_bodies, ActionResponse, CommandData, CommandError, ErrorBody, ErrorCode,
         ErrorEnvelope, COMMAND_VERSION,
     },

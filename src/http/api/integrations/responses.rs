@@ -1,5 +1,5 @@
 //! The responses of `/api/integrations` (integration errors map onto them in
-//! [`crate::api::errors`]).
+//! [`crate::http::api::errors`]).
 
 use super::*;
 
@@ -37,7 +37,7 @@ pub(super) fn integration_bad_request<T: ParseFromJSON + ToJSON + Send + Sync>(
     if err.is::<poem_openapi::error::AuthorizationError>() {
         return IntegrationResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
-    crate::api::errors::integration_validation(request_issues(&err))
+    crate::http::api::errors::integration_validation(request_issues(&err))
 }
 
 pub(super) fn answer<T: ParseFromJSON + ToJSON + Send + Sync>(

@@ -4,7 +4,7 @@
 //! Generates the book (customers, users, sources, facts as JSON Lines) into a temporary file,
 //! serves the application on 127.0.0.1:0 in this process over a temporary SQLite database
 //! (search index follower and integration scheduler running, as in `custintel serve`), then
-//! imports the book through [`crate::import::import_file`] on a connection pool of its own
+//! imports the book through [`crate::ops::import::import_file`] on a connection pool of its own
 //! (as the separate `custintel import` process would have) while a bounded number of clients
 //! send ingest batches and platform writes to the server. Prints the import's lines/s and
 //! the server's request counts, 5xx count and latencies during the import.
@@ -23,9 +23,9 @@ use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, Quer
 use serde_json::{json, Value};
 
 use crate::{
-    admin::{self, NewOrganization, Plan},
     crypto::SecretBox,
     db,
+    ops::admin::{self, NewOrganization, Plan},
     state::AppState,
 };
 
@@ -49,7 +49,7 @@ pub struct ImportBenchArgs {
 }
 
 // The generated book draws on the same vocabulary as `bench tools`' data set.
-use crate::bench::{PLANS, REGIONS, ROLES, SOURCE_TYPES, STAGES, STATUSES, WORDS};
+use crate::ops::bench::{PLANS, REGIONS, ROLES, SOURCE_TYPES, STAGES, STATUSES, WORDS};
 
 fn domain(c: usize) -> String {
     format!("company-{c}.example.com")
@@ -269,7 +269,7 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        if let Err(e) = crate::server::serve(state, "127.0.0.1:0", move |addr| {
+        if let Err(e) = crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
             let _ = tx.send(addr);
         })
         .await
@@ -299,7 +299,7 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         })
         .collect();
     let started = Instant::now();
-    let report = crate::import::import_file(
+    let report = crate::ops::import::import_file(
         &import_db,
         &org.organization_id,
         &book.display().to_string(),

@@ -10,13 +10,13 @@ use serde_json::Value;
 
 use super::{automations::RunStatus, caller, reply, ApiTags, AppState};
 use crate::{
-    api::ApiKeyAuth,
     command_data,
     engine::history::{self, RunView, TestInput},
-    envelope::{ActionResponse, ResourceRef},
+    http::api::ApiKeyAuth,
+    http::envelope::{ActionResponse, ResourceRef},
+    http::request::JsonBody,
+    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
     platform::PlatformError,
-    request::JsonBody,
-    types::{parse_enum, ts_opt, Nullable, Timestamp},
     validation::ValidationIssue,
 };
 

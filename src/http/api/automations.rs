@@ -15,12 +15,12 @@ use super::{
     AppState,
 };
 use crate::{
-    api::ApiKeyAuth,
     command_data,
-    envelope::ActionResponse,
+    http::api::ApiKeyAuth,
+    http::envelope::ActionResponse,
+    http::request::JsonBody,
+    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
     platform::automations::{self, AutomationView},
-    request::JsonBody,
-    types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
 
 /// What starts an automation run.
@@ -271,7 +271,10 @@ impl AutomationsApi {
                     let resources = views
                         .iter()
                         .map(|v| {
-                            crate::envelope::ResourceRef::new("automation", v.automation.id.clone())
+                            crate::http::envelope::ResourceRef::new(
+                                "automation",
+                                v.automation.id.clone(),
+                            )
                         })
                         .collect();
                     let automations = views.into_iter().map(Automation::from).collect();
@@ -292,7 +295,7 @@ impl AutomationsApi {
             automations::get(&self.state.db, &auth.organization_id, &id)
                 .await
                 .map(|v| {
-                    let r = vec![crate::envelope::ResourceRef::new(
+                    let r = vec![crate::http::envelope::ResourceRef::new(
                         "automation",
                         v.automation.id.clone(),
                     )];

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
-    api::ApiKeyAuth,
     command_data,
-    envelope::{ActionResponse, ResourceRef},
+    http::api::ApiKeyAuth,
+    http::envelope::{ActionResponse, ResourceRef},
+    http::request::JsonBody,
+    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
     platform::destinations,
-    request::JsonBody,
-    types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
 use entity::destination;
 

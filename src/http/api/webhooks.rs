@@ -11,9 +11,9 @@ use poem_openapi::{
 
 use super::{ApiTags, AppState};
 use crate::{
-    envelope::{issue_bodies, request_issues, ErrorBody},
+    http::envelope::{issue_bodies, request_issues, ErrorBody},
+    http::request::{RequestValidationError, MAX_BODY_BYTES},
     integrations::webhook,
-    request::{RequestValidationError, MAX_BODY_BYTES},
     validation::ValidationIssue,
 };
 

@@ -24,8 +24,8 @@ use rmcp::{
 use serde_json::Value;
 
 use crate::{
-    api::errors,
     auth::authenticate,
+    http::api::errors,
     state::AppState,
     tools::{self, registry, ToolContext},
 };

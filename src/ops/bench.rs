@@ -12,7 +12,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use sea_orm::{ActiveModelTrait, DatabaseConnection, EntityTrait, Set, TransactionTrait};
 use serde_json::{json, Value};
 
-use crate::{admin, crypto::SecretBox, db, state::AppState};
+use crate::{crypto::SecretBox, db, ops::admin, state::AppState};
 use entity::{billing_change, customer, customer::BillingStatus, event, fact, source, user};
 
 /// Sizes of the generated data set.
@@ -453,7 +453,7 @@ async fn run(url: &str, args: &ToolsBenchArgs) -> Result<()> {
     eprintln!("bench: search index built ({:?})", started.elapsed());
     let (tx, rx) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
-        crate::server::serve(state, "127.0.0.1:0", move |addr| {
+        crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
             let _ = tx.send(addr);
         })
         .await

@@ -22,8 +22,8 @@ use sea_orm::{
 use serde_json::json;
 
 use crate::{
-    bench_ingest::{self, BenchOptions, BodyFn},
     crypto::SecretBox,
+    ops::bench_ingest::{self, BenchOptions, BodyFn},
     platform::{automations::link, config_hash, destinations::new_signing_secret},
 };
 

@@ -10,12 +10,12 @@ use serde_json::Value;
 
 use super::{action_ctx, automations::ManagedBy, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
-    api::ApiKeyAuth,
     command_data,
-    envelope::{ActionResponse, ResourceRef},
+    http::api::ApiKeyAuth,
+    http::envelope::{ActionResponse, ResourceRef},
+    http::request::JsonBody,
+    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
     platform::signals,
-    request::JsonBody,
-    types::{parse_enum, ts_opt, Nullable, Timestamp},
 };
 use entity::signal;
 
