@@ -47,10 +47,7 @@ pub struct ResourceRef {
 
 impl ResourceRef {
     pub fn new(kind: &str, id: impl Into<String>) -> Self {
-        Self {
-            kind: kind.to_string(),
-            id: id.into(),
-        }
+        crate::platform::ResourceRef::new(kind, id).into()
     }
 }
 
