@@ -1,36 +1,29 @@
 //! custintel: customer intelligence behind one typed HTTP API.
 //!
-//! [`server::app`] builds the poem application from the parts below, so tests can mount it
-//! in-process or serve it on a real socket.
+//! Three layers, imports one way: the HTTP side ([`http`]) and the operations ([`ops`]: the
+//! command line, seeding, import, benchmarks) call the domain (every other module), which knows
+//! neither; storage is the `entity` and `migration` crates. [`http::server::app`] builds the
+//! poem application, so tests can mount it in-process or serve it on a real socket.
 
-pub mod admin;
+pub mod http;
+pub mod ops;
+
+// The domain.
 pub mod agents;
-pub mod api;
-pub mod apply;
 pub mod auth;
-pub mod bench;
-pub mod bench_automations;
-pub mod bench_import;
-pub mod bench_ingest;
-pub mod bench_sqlite_floor;
-pub mod cli;
-pub mod config;
 pub mod correlation;
 pub mod crypto;
 pub mod db;
-pub mod demo;
 pub mod engine;
-pub mod envelope;
-pub mod import;
 pub mod ingest;
 pub mod integrations;
-pub mod mcp;
-pub mod metrics;
 pub mod notify;
 pub mod platform;
-pub mod request;
 pub mod search;
-pub mod server;
-pub mod state;
+pub mod timestamp;
 pub mod tools;
-pub mod types;
+pub mod validation;
+
+// Shared by the layers: start-up configuration and the application state.
+pub mod config;
+pub mod state;

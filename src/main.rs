@@ -2,7 +2,7 @@
 //! client commands that call a running service (`login`, `integrations`, `tools`, ...).
 
 use clap::{Args, Parser, Subcommand};
-use custintel::{admin, cli, config, db};
+use custintel::{config, db, ops::admin, ops::cli};
 use serde::Serialize;
 
 #[derive(Parser)]
@@ -87,15 +87,15 @@ enum BenchCommand {
     /// Latency of the tool gateway over HTTP on a generated data set in a temporary SQLite
     /// database (100,000 customers, 500,000 users, 200,000 sources, 1,000,000 events by
     /// default).
-    Tools(custintel::bench::ToolsBenchArgs),
+    Tools(custintel::ops::bench::ToolsBenchArgs),
     /// `custintel import` of a generated book (100,000 customers, 500,000 users, 200,000
     /// sources, 50,000 facts by default) while a serving instance on the same SQLite file
     /// answers ingest and platform writes: lines/s, and the server's 5xx and latencies.
-    Import(custintel::bench_import::ImportBenchArgs),
+    Import(custintel::ops::bench_import::ImportBenchArgs),
     /// The automation engine under ingest load (50 organizations x 20 signals and 10
     /// automations with a webhook destination by default): ingest's peak with and without the
     /// automations, and acknowledgement-to-delivery latency at 10,000 events/s with 5% matching.
-    Automations(custintel::bench_automations::AutomationsBenchArgs),
+    Automations(custintel::ops::bench_automations::AutomationsBenchArgs),
     /// How fast SQLite alone takes rows into the events table on this machine (no HTTP, no
     /// identity effects), with and without the messageId dedup index.
     SqliteFloor {
@@ -174,7 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 state.secrets.clone(),
                 state.integrations.clone(),
             );
-            custintel::server::serve(state, &bind, |addr| {
+            custintel::http::server::serve(state, &bind, |addr| {
                 tracing::info!("custintel listening on http://{addr} (docs at /docs)");
             })
             .await
@@ -217,7 +217,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             postgres,
             instances,
         }) => {
-            custintel::bench_ingest::run(custintel::bench_ingest::BenchOptions {
+            custintel::ops::bench_ingest::run(custintel::ops::bench_ingest::BenchOptions {
                 seconds: seconds.max(1),
                 concurrency: concurrency.max(1),
                 database_url: postgres,
@@ -240,12 +240,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )
             .await?;
-            custintel::demo::seed(&db, &secrets, &created.organization_id).await?;
+            custintel::ops::demo::seed(&db, &secrets, &created.organization_id).await?;
             print_json(&created)
         }
         Command::Import { org, file } => {
             let db = open_db(&url).await?;
-            let report = custintel::import::import_file(&db, &org, &file).await?;
+            let report = custintel::ops::import::import_file(&db, &org, &file).await?;
             print_json(&report)?;
             if !report.rejected.is_empty() {
                 std::process::exit(1);
@@ -255,7 +255,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Apply { org, file, dry_run } => {
             let db = open_db(&url).await?;
             let secrets = config::load_secrets(&url)?;
-            match custintel::apply::apply_file(&db, &secrets, &org, &file, dry_run).await {
+            match custintel::ops::apply::apply_file(&db, &secrets, &org, &file, dry_run).await {
                 Ok(report) => print_json(&report),
                 Err(err) => {
                     print_json(&err.body())?;
@@ -263,19 +263,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Bench(BenchCommand::Tools(args)) => custintel::bench::tools(args).await,
-        Command::Bench(BenchCommand::Import(args)) => custintel::bench_import::run(args).await,
+        Command::Bench(BenchCommand::Tools(args)) => custintel::ops::bench::tools(args).await,
+        Command::Bench(BenchCommand::Import(args)) => custintel::ops::bench_import::run(args).await,
         Command::Bench(BenchCommand::Automations(args)) => {
-            custintel::bench_automations::run(args).await
+            custintel::ops::bench_automations::run(args).await
         }
         Command::Bench(BenchCommand::SqliteFloor {
             rows,
             rows_per_commit,
         }) => {
-            custintel::bench_sqlite_floor::run(custintel::bench_sqlite_floor::FloorOptions {
-                rows: rows.max(1),
-                rows_per_commit: rows_per_commit.max(1),
-            })
+            custintel::ops::bench_sqlite_floor::run(
+                custintel::ops::bench_sqlite_floor::FloorOptions {
+                    rows: rows.max(1),
+                    rows_per_commit: rows_per_commit.max(1),
+                },
+            )
             .await
         }
     }

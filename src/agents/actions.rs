@@ -209,7 +209,7 @@ async fn create_fact(scope: &ActionScope<'_>, input: FactInput) -> Result<Value,
     let now = Utc::now();
     let id = uuid::Uuid::new_v4().to_string();
     let txn = crate::db::begin_write(&ctx.state.db).await?;
-    let seq = crate::import::record_change(&txn, &ctx.organization_id, "fact", &id, now).await?;
+    let seq = crate::search::record_change(&txn, &ctx.organization_id, "fact", &id, now).await?;
     let text = input.text.trim().to_string();
     let row = fact::ActiveModel {
         id: Set(id.clone()),

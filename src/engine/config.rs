@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use super::matching::EventMatcher;
 use crate::{
     agents::schedules::Schedule,
-    request::{PathSegment, ValidationIssue},
+    validation::{PathSegment, ValidationIssue},
 };
 
 /// Issues with paths relative to the parsed JSON.

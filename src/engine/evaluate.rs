@@ -25,7 +25,7 @@ use super::{
     config::{self, Combine, Grain, Pattern, Resolver, SignalRule, SignalTrigger},
     runs,
 };
-use crate::types::Timestamp;
+use crate::timestamp;
 
 /// An applied event as evaluation sees it: its stored row, with its resolved user and customer.
 pub use crate::ingest::store::EventRow as AppliedEvent;
@@ -66,8 +66,8 @@ impl AppliedEvent {
             "customerId": self.customer_id,
             "url": self.url,
             "path": self.path,
-            "occurredAt": Timestamp::format(&self.occurred_at),
-            "receivedAt": Timestamp::format(&self.received_at),
+            "occurredAt": timestamp::format(&self.occurred_at),
+            "receivedAt": timestamp::format(&self.received_at),
             "data": self.data,
         })
     }

@@ -338,7 +338,7 @@ async fn find_subject(
             })
         }
         None => Err(PlatformError::Validation(vec![
-            crate::request::ValidationIssue::new(
+            crate::validation::ValidationIssue::new(
                 vec!["subject".into(), "grain".into()],
                 "must be one of user, customer",
             ),

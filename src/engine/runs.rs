@@ -19,7 +19,7 @@ use super::{
     config::SignalTrigger,
     evaluate::{AppliedEvent, Subject},
 };
-use crate::types::Timestamp;
+use crate::timestamp;
 
 /// A new run row (status `PENDING`).
 pub fn new_run(
@@ -410,7 +410,7 @@ pub fn payload(
         "automation": { "id": automation.id, "key": automation.key, "name": automation.name },
         "run": {
             "id": run.id,
-            "triggeredAt": Timestamp::format(&run.triggered_at),
+            "triggeredAt": timestamp::format(&run.triggered_at),
             "status": run_status.as_str(),
         },
         "subject": run.subject,
@@ -420,7 +420,7 @@ pub fn payload(
         "title": title,
         "message": message,
         "markdown": markdown,
-        "sentAt": Timestamp::format(&Utc::now()),
+        "sentAt": timestamp::format(&Utc::now()),
     });
     if let (Some((key, value)), Some(obj)) = (extra, body.as_object_mut()) {
         obj.insert(key.to_string(), value);

@@ -14,7 +14,7 @@ use sea_orm::{
 use serde_json::{json, Value};
 
 use super::{config, processor, runs};
-use crate::types::Timestamp;
+use crate::timestamp;
 
 /// How often each instance looks for due schedules.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -80,7 +80,7 @@ pub async fn tick(db: &DatabaseConnection) -> Result<usize, DbErr> {
             .await?;
         let mut run = runs::new_run(
             &a,
-            format!("schedule:{}", Timestamp::format(&scheduled)),
+            format!("schedule:{}", timestamp::format(&scheduled)),
             None,
             Vec::new(),
             linked_signals(&txn, &a.id).await?,

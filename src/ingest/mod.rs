@@ -4,7 +4,6 @@
 //! customer model). Knows nothing of HTTP responses.
 
 pub mod applier;
-pub mod body;
 pub mod dedup;
 pub mod effects;
 pub mod journal;
@@ -35,8 +34,6 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use validate::{EventError, MAX_EVENTS_PER_REQUEST};
 
-use crate::admin::DEFAULT_INGEST_RATE_LIMIT;
-
 /// How long a public key's configuration is trusted before it is read again: a key that is
 /// disabled, or a domain that is added, takes effect within this time.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -44,6 +41,13 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 const KEY_CACHE_MAX: usize = 10_000;
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
+
+/// Default Ingest API requests per second per public key (an organization's own limit is set
+/// when it is created).
+pub const DEFAULT_RATE_LIMIT: i32 = 100;
+
+/// Largest batch accepted, in bytes after decompression (1 MB = 1,048,576 bytes).
+pub const MAX_BODY_BYTES: usize = 1_048_576;
 
 /// A request the Ingest API refuses as a whole.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -53,7 +57,7 @@ pub enum IngestError {
     Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
-    #[error("request body is larger than {} bytes", body::MAX_BODY_BYTES)]
+    #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
     TooLarge,
     #[error("rate limit exceeded: at most {limit} requests per second for this public key")]
     RateLimited { limit: u32, retry_after_secs: u64 },
@@ -147,7 +151,7 @@ impl Ingest {
                 window,
                 writer: OnceLock::new(),
                 keys: Mutex::new(HashMap::new()),
-                unknown_keys: limiter(DEFAULT_INGEST_RATE_LIMIT as u32),
+                unknown_keys: limiter(DEFAULT_RATE_LIMIT as u32),
             }),
         }
     }
@@ -201,7 +205,7 @@ impl Ingest {
     pub fn check_rate(&self, tracking: Option<&Tracking>) -> Result<RateInfo, IngestError> {
         match tracking {
             Some(t) => rate_check(&t.limiter, t.rate_limit),
-            None => rate_check(&self.inner.unknown_keys, DEFAULT_INGEST_RATE_LIMIT as u32),
+            None => rate_check(&self.inner.unknown_keys, DEFAULT_RATE_LIMIT as u32),
         }
     }
 

@@ -1,32 +1,25 @@
-//! The Ingest API's request: the batch and every tracking event type.
+//! The Ingest API's batch and tracking events as the parser reads them (serde). The endpoint
+//! reads the body itself (text/plain beacons, gzip, a size bound) and parses each event on its
+//! own, so one bad event fails alone.
 //!
-//! These types are both the published schema (poem-openapi) and the parser (serde), so the
-//! description cannot drift from what the server accepts. The endpoint reads the body itself
-//! (text/plain beacons, gzip, a size bound) and parses each event on its own, so one bad event
-//! fails alone.
+//! The published description of these types (field docs, the `type` tags) is the HTTP side's
+//! (`api::ingest_batch`); a test there holds the two to the same fields.
 
 use std::collections::BTreeMap;
 
-use poem_openapi::{Enum, Object, Union};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Where a batch comes from (default `client`); decides which identity fields are required.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize, Serialize)]
-#[oai(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EventSource {
-    /// A browser or app: `visitorId` is required.
     Client,
-    /// Your backend: identity comes from the events' `email`, `userId`, `fingerprint`,
-    /// `customerId`, billing identifiers, or the batch's `userIdentity`/`customerIdentity`.
     Server,
-    /// An integration forwarding events; attributed like `server`.
     Integration,
 }
 
-/// UTM campaign parameters of the page.
-#[derive(Debug, Clone, Object, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Utm {
     pub source: Option<String>,
@@ -36,252 +29,124 @@ pub struct Utm {
     pub content: Option<String>,
 }
 
-/// A logged-in user: attributes every event of the batch to this user.
-#[derive(Debug, Clone, Object, Deserialize)]
-#[oai(rename_all = "camelCase")]
+/// A logged-in user every event of the batch is attributed to.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UserIdentity {
-    /// The user's email address (one of `email` and `userId` is required).
     pub email: Option<String>,
-    /// Your id for the user (one of `email` and `userId` is required).
     pub user_id: Option<String>,
-    /// Attributes of the user, merged into what is known (`name` sets the user's name).
     pub traits: Option<BTreeMap<String, Value>>,
 }
 
 /// The account (customer) every event of the batch belongs to.
-#[derive(Debug, Clone, Object, Deserialize)]
-#[oai(rename_all = "camelCase")]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CustomerIdentity {
-    /// Your id for the account; the customer with this `externalId` is found or created.
     pub customer_id: String,
-    /// Attributes of the account: `name` and `domain` fill the customer's name and domain,
-    /// the rest is merged into its traits.
     pub customer_traits: Option<BTreeMap<String, Value>>,
 }
 
-/// Declares one event type's object with the fields every event shares.
+/// Declares one event type with the fields every event shares (its `type` is read before it).
 macro_rules! tracking_event {
-    ($(#[$meta:meta])* $name:ident, $kind:ident = $tag:literal { $($(#[$fmeta:meta])* $field:ident : $ty:ty,)* }) => {
-        #[doc = concat!("The `type` of a ", $tag, " event.")]
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Enum)]
-        pub enum $kind {
-            #[default]
-            #[oai(rename = $tag)]
-            Only,
-        }
-
-        $(#[$meta])*
-        #[derive(Debug, Clone, Object, Deserialize)]
-        #[oai(rename_all = "camelCase")]
+    ($name:ident { $($field:ident : $ty:ty,)* }) => {
+        #[derive(Debug, Clone, Deserialize)]
         #[serde(rename_all = "camelCase", deny_unknown_fields)]
         pub struct $name {
-            #[oai(rename = "type")]
-            #[serde(skip_deserializing)]
-            pub kind: $kind,
-            /// Unix time in milliseconds when the event happened; defaults to the time the
-            /// server received it. Corrected for the client's clock when the batch has `sentAt`.
+            /// Unix milliseconds; the receive time when absent.
             pub timestamp: Option<f64>,
-            /// Full page URL; server events use a `server://...` form.
             pub url: String,
-            /// URL path.
             pub path: String,
             pub referrer: Option<String>,
             pub utm: Option<Utm>,
-            /// Extension: your unique id for this event (1 to 200 characters). An event whose
-            /// `messageId` the organization has already stored is acknowledged but not stored
-            /// again, so a client may safely retry a batch after a timeout.
             pub message_id: Option<String>,
-            $($(#[$fmeta])* pub $field: $ty,)*
+            $(pub $field: $ty,)*
         }
     };
 }
 
-tracking_event!(
-    /// A page view.
-    PageviewEvent, PageviewType = "pageview" {
-        /// The page title.
-        title: Option<String>,
-    }
-);
+tracking_event!(PageviewEvent {
+    title: Option<String>,
+});
 
-tracking_event!(
-    /// A named event of your product. From a `server` batch it needs one of `email`, `userId`,
-    /// `fingerprint`, `customerId` (or the batch's `userIdentity`/`customerIdentity`/`visitorId`).
-    CustomEvent, CustomType = "custom" {
-        /// The event's name (1 to 200 characters); signals match on it.
-        event_name: String,
-        /// Event properties; each value is a string, a number, a boolean or null.
-        properties: Option<BTreeMap<String, Value>>,
-        /// Attributes the event to the user with this email.
-        email: Option<String>,
-        /// Attributes the event to the user with this id.
-        user_id: Option<String>,
-        /// Attributes the event to the visitor (device) with this id.
-        fingerprint: Option<String>,
-        /// Attributes the event to the account with this `externalId`.
-        customer_id: Option<String>,
-    }
-);
+tracking_event!(CustomEvent {
+    event_name: String,
+    properties: Option<BTreeMap<String, Value>>,
+    email: Option<String>,
+    user_id: Option<String>,
+    fingerprint: Option<String>,
+    customer_id: Option<String>,
+});
 
-tracking_event!(
-    /// A form submission. Fields that look sensitive (passwords, card numbers, CVC, SSN,
-    /// secrets, tokens, PINs, IBANs and similar, by name or by value) are removed before
-    /// anything is stored; do not send them.
-    FormEvent, FormType = "form" {
-        form_id: Option<String>,
-        /// The submitted field values by field name.
-        form_fields: Option<BTreeMap<String, Value>>,
-    }
-);
+tracking_event!(FormEvent {
+    form_id: Option<String>,
+    form_fields: Option<BTreeMap<String, Value>>,
+});
 
-tracking_event!(
-    /// Who the visitor is. Finds or creates the user (by `userId`, then `email`), links the
-    /// visitor to it, and with `customerId` links the user to that account. A user first seen
-    /// with only an email is `discovered`; one with a `userId` has `signed_up`.
-    IdentifyEvent, IdentifyType = "identify" {
-        /// The user's email (one of `email` and `userId` is required).
-        email: Option<String>,
-        /// Your id for the user (one of `email` and `userId` is required).
-        user_id: Option<String>,
-        /// Attributes of the user, merged into what is known (`name` sets the user's name).
-        traits: Option<BTreeMap<String, Value>>,
-        /// The user's account: the customer with this `externalId` is found or created.
-        customer_id: Option<String>,
-        /// Attributes of the account: `name` and `domain` fill the customer's name and domain.
-        customer_traits: Option<BTreeMap<String, Value>>,
-    }
-);
+tracking_event!(IdentifyEvent {
+    email: Option<String>,
+    user_id: Option<String>,
+    traits: Option<BTreeMap<String, Value>>,
+    customer_id: Option<String>,
+    customer_traits: Option<BTreeMap<String, Value>>,
+});
 
-tracking_event!(
-    /// Active time on a page, added to the session's totals.
-    EngagementEvent, EngagementType = "engagement" {
-        /// Milliseconds the visitor was active since the previous engagement event (0 or more).
-        active_time_ms: f64,
-        /// Milliseconds elapsed since the previous engagement event (0 or more).
-        total_time_ms: f64,
-        /// UUID of the session. After 30 minutes without events the same id starts a new
-        /// session.
-        session_id: String,
-    }
-);
+tracking_event!(EngagementEvent {
+    active_time_ms: f64,
+    total_time_ms: f64,
+    session_id: String,
+});
 
 /// The scheduling tool that booked a meeting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum CalendarProvider {
-    #[oai(rename = "cal.com")]
     #[serde(rename = "cal.com")]
     CalCom,
-    #[oai(rename = "calendly")]
     #[serde(rename = "calendly")]
     Calendly,
-    #[oai(rename = "unknown")]
     #[serde(rename = "unknown")]
     Unknown,
 }
 
-tracking_event!(
-    /// A meeting booked through a scheduling tool.
-    CalendarEvent, CalendarType = "calendar" {
-        provider: CalendarProvider,
-        /// The kind of meeting booked.
-        event_type: Option<String>,
-        /// ISO 8601 start time.
-        start_time: Option<String>,
-        /// ISO 8601 end time.
-        end_time: Option<String>,
-        /// Length in minutes.
-        duration: Option<f64>,
-        is_recurring: Option<bool>,
-        /// Only from `server` and `integration` batches (webhooks).
-        invitee_email: Option<String>,
-        /// Only from `server` and `integration` batches (webhooks).
-        invitee_name: Option<String>,
-    }
-);
+tracking_event!(CalendarEvent {
+    provider: CalendarProvider,
+    event_type: Option<String>,
+    start_time: Option<String>,
+    end_time: Option<String>,
+    duration: Option<f64>,
+    is_recurring: Option<bool>,
+    invitee_email: Option<String>,
+    invitee_name: Option<String>,
+});
 
-/// A journey stage set by an event. `discovered` and `signed_up` are inferred from identify
-/// events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize, Serialize)]
-#[oai(rename_all = "snake_case")]
+/// A journey stage set by an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageName {
-    /// The user reached the product's activation point.
     Activated,
-    /// Accepted for compatibility; normally derived from tracked activity.
     Engaged,
-    /// Accepted for compatibility; normally derived from tracked activity.
     Inactive,
 }
 
-tracking_event!(
-    /// Moves the batch's user to a journey stage.
-    StageEvent, StageType = "stage" {
-        stage: StageName,
-        properties: Option<BTreeMap<String, Value>>,
-    }
-);
+tracking_event!(StageEvent {
+    stage: StageName,
+    properties: Option<BTreeMap<String, Value>>,
+});
 
 /// A billing status reported for an account.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize, Serialize)]
-#[oai(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BillingEventStatus {
-    /// Sets the account's billing status to `TRIALING`.
     Trialing,
-    /// Sets the account's billing status to `PAYING`.
     Paid,
-    /// Sets the account's billing status to `CHURNED`.
     Churned,
 }
 
-tracking_event!(
-    /// A billing status change of an account (not a contact). An account not seen before is
-    /// created. One of `customerId` and `stripeCustomerId` is required.
-    BillingEvent, BillingType = "billing" {
-        status: BillingEventStatus,
-        /// Your id for the account (its `externalId`).
-        customer_id: Option<String>,
-        /// The account's Stripe customer id; used as its `externalId` when that is all there is.
-        stripe_customer_id: Option<String>,
-        properties: Option<BTreeMap<String, Value>>,
-    }
-);
-
-/// One tracking event; `type` says which.
-#[derive(Debug, Clone, Union)]
-pub enum TrackingEvent {
-    Pageview(PageviewEvent),
-    Custom(CustomEvent),
-    Form(FormEvent),
-    Identify(IdentifyEvent),
-    Engagement(EngagementEvent),
-    Calendar(CalendarEvent),
-    Stage(StageEvent),
-    Billing(BillingEvent),
-}
-
-/// A batch of tracking events. Send it as `application/json`, or as `text/plain` (what
-/// `navigator.sendBeacon` sends), optionally with `Content-Encoding: gzip`; at most
-/// 1,048,576 bytes after decompression.
-#[derive(Debug, Clone, Object)]
-#[oai(rename_all = "camelCase")]
-pub struct IngestRequest {
-    /// UUID of the browser or device; required for `client` batches. Events of a visitor that
-    /// has been identified are attributed to its user and account.
-    pub visitor_id: Option<uuid::Uuid>,
-    pub source: Option<EventSource>,
-    /// The events, at most 100.
-    #[oai(validator(max_items = 100))]
-    pub events: Vec<TrackingEvent>,
-    pub user_identity: Option<UserIdentity>,
-    pub customer_identity: Option<CustomerIdentity>,
-    /// Extension: Unix time in milliseconds when the client sent the batch. Event timestamps
-    /// are shifted by the difference between the server's receive time and `sentAt`, which
-    /// corrects a client clock that is off.
-    pub sent_at: Option<f64>,
-}
+tracking_event!(BillingEvent {
+    status: BillingEventStatus,
+    customer_id: Option<String>,
+    stripe_customer_id: Option<String>,
+    properties: Option<BTreeMap<String, Value>>,
+});
 
 /// The batch's own fields as parsed; events are parsed one by one.
 #[derive(Debug, Deserialize)]

@@ -15,7 +15,7 @@ use super::{
     },
     sensitive,
 };
-use crate::request::{parse_from, PathSegment, ValidationIssue};
+use crate::validation::{parse_from, PathSegment, ValidationIssue};
 
 /// Most events one request may carry.
 pub const MAX_EVENTS_PER_REQUEST: usize = 100;

@@ -14,7 +14,7 @@ use super::{
     providers::{Provider, SetupMode, PROVIDERS},
     IntegrationError, IntegrationResult,
 };
-use crate::{crypto::SecretBox, request::ValidationIssue};
+use crate::{crypto::SecretBox, validation::ValidationIssue};
 use entity::{
     integration_connection::{self as conn, ConnectionStatus},
     organization,
@@ -94,7 +94,7 @@ pub fn validate_credentials(
 ) -> Result<Map<String, Value>, Vec<ValidationIssue>> {
     let mut issues = Vec::new();
     let mut out = Map::new();
-    let at = |key: &str| -> Vec<crate::request::PathSegment> {
+    let at = |key: &str| -> Vec<crate::validation::PathSegment> {
         let mut path = Vec::new();
         if !path_prefix.is_empty() {
             path.push(path_prefix.into());
@@ -151,7 +151,7 @@ fn issues_message(provider: &Provider, issues: &[ValidationIssue]) -> String {
         .iter()
         .filter(|i| i.message.ends_with("is required"))
         .filter_map(|i| match i.path.last() {
-            Some(crate::request::PathSegment::Key(k)) => Some(k.clone()),
+            Some(crate::validation::PathSegment::Key(k)) => Some(k.clone()),
             _ => None,
         })
         .collect();

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use sea_orm::DbErr;
 
-use crate::request::ValidationIssue;
+use crate::validation::ValidationIssue;
 
 pub use providers::Provider;
 

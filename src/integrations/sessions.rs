@@ -15,7 +15,7 @@ use super::{
     providers::{self, Provider, SetupMode},
     IntegrationError, IntegrationResult,
 };
-use crate::{crypto::SecretBox, request::ValidationIssue, types::Timestamp};
+use crate::{crypto::SecretBox, timestamp, validation::ValidationIssue};
 use entity::connect_session::{self as session, SessionStatus};
 
 pub const SESSION_LIFETIME_MINUTES: i64 = 30;
@@ -206,7 +206,7 @@ pub async fn complete(
             // person's authorization, and the capability says the provider has no sync yet.
             let settings = json!({
                 "authorizedVia": "connect_page",
-                "authorizedAt": Timestamp::format(&now),
+                "authorizedAt": timestamp::format(&now),
                 "sessionId": session.id,
             });
             connections::store(db, &org, provider, None, settings, now).await

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{connections, providers::Provider, IntegrationError, IntegrationResult};
-use crate::{crypto::SecretBox, request::parse_value};
+use crate::{crypto::SecretBox, validation::parse_value};
 use entity::integration_connection as conn;
 
 /// The Stripe events the webhook route handles.
@@ -115,7 +115,7 @@ pub async fn run<C: ConnectionTrait>(
     }
 }
 
-fn config_issue(issues: Vec<crate::request::ValidationIssue>) -> IntegrationError {
+fn config_issue(issues: Vec<crate::validation::ValidationIssue>) -> IntegrationError {
     let issues: Vec<_> = issues
         .into_iter()
         .map(|mut i| {
@@ -194,7 +194,7 @@ async fn webhooks<C: ConnectionTrait>(
             let parsed: WebhooksConfig = parse_value(Value::Object(map)).map_err(config_issue)?;
             let secret = parsed.webhook_secret.trim().to_string();
             if !secret.starts_with("whsec_") || secret.len() <= "whsec_".len() {
-                return Err(config_issue(vec![crate::request::ValidationIssue::at(
+                return Err(config_issue(vec![crate::validation::ValidationIssue::at(
                     "webhookSecret",
                     "must be the endpoint's signing secret, starting with `whsec_`",
                 )]));
@@ -258,23 +258,23 @@ async fn mappings<C: ConnectionTrait>(
             let parsed: MappingsConfig = parse_value(Value::Object(map)).map_err(config_issue)?;
             let mut issues = Vec::new();
             for (i, m) in parsed.mappings.iter().enumerate() {
-                let at = |field: &str| -> Vec<crate::request::PathSegment> {
+                let at = |field: &str| -> Vec<crate::validation::PathSegment> {
                     vec!["mappings".into(), i.into(), field.into()]
                 };
                 if m.pipeline_id.trim().is_empty() {
-                    issues.push(crate::request::ValidationIssue::new(
+                    issues.push(crate::validation::ValidationIssue::new(
                         at("pipelineId"),
                         "must not be empty",
                     ));
                 }
                 if m.stage_id.trim().is_empty() {
-                    issues.push(crate::request::ValidationIssue::new(
+                    issues.push(crate::validation::ValidationIssue::new(
                         at("stageId"),
                         "must not be empty",
                     ));
                 }
                 if !["open", "won", "lost"].contains(&m.status.as_str()) {
-                    issues.push(crate::request::ValidationIssue::new(
+                    issues.push(crate::validation::ValidationIssue::new(
                         at("status"),
                         "must be one of `open`, `won`, `lost`",
                     ));

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::signing;
-use crate::{crypto::SecretBox, types::Timestamp};
+use crate::{crypto::SecretBox, timestamp};
 pub use entity::notification_delivery::DeliveryStatus;
 use entity::{destination, notification_delivery};
 
@@ -49,7 +49,7 @@ impl Notification {
             "subject": self.subject,
             "payload": self.payload,
             "markdown": self.markdown,
-            "sentAt": Timestamp::format(&self.sent_at),
+            "sentAt": timestamp::format(&self.sent_at),
         })
     }
 }
@@ -235,7 +235,7 @@ pub fn attempt_entry(at: DateTime<Utc>, attempt: &Attempt) -> Value {
             (*http, Some(error.clone()))
         }
     };
-    json!({ "at": Timestamp::format(&at), "httpStatus": http, "error": error })
+    json!({ "at": timestamp::format(&at), "httpStatus": http, "error": error })
 }
 
 /// A delivery row recorded before its first attempt, so a crash mid-call leaves a record the

@@ -1,53 +1,34 @@
 //! Agents: read, rename, re-instruct, change actions, disable.
 
 use chrono::Utc;
-use poem_openapi::Object;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, DatabaseConnection, EntityTrait, IntoActiveModel,
     QueryFilter, QueryOrder, Set,
 };
-use serde::Deserialize;
 use serde_json::json;
 
-use super::{ActionContext, Change, PlatformError, PlatformResult};
+use super::{ActionContext, Change, PlatformError, PlatformResult, ResourceRef};
 use crate::{
     agents::schedules::{Schedule, ScheduleError},
-    envelope::ResourceRef,
-    request::{Issues, ValidationIssue},
+    validation::{Issues, ValidationIssue},
 };
 use entity::agent;
 
-/// Changes to an agent; every field is optional and only sent fields change.
-#[derive(Debug, Default, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct AgentUpdate {
-    /// New display name, 1 to 120 characters.
-    #[oai(validator(min_length = 1, max_length = 120))]
+/// Changes to an agent; only fields that are `Some` change.
+#[derive(Debug, Default)]
+pub struct AgentChanges {
     pub display_name: Option<String>,
-    /// The agent's instructions, 1 to 10000 characters. Accepted here, never returned.
-    #[oai(validator(min_length = 1, max_length = 10000))]
     pub instructions: Option<String>,
-    /// Keys of the actions the agent may take; each at least 1 character. The service knows
-    /// `notify_destination`, `tag_customer` and `create_fact`; other keys are reported on the
-    /// agent's runs and never run.
     pub action_keys: Option<Vec<String>>,
-    /// The agent's own schedule (extension).
-    pub schedule: Option<ScheduleUpdate>,
+    pub schedule: Option<ScheduleChanges>,
 }
 
-/// When the agent runs on its own: a 5-field cron read in a time zone.
-#[derive(Debug, Default, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct ScheduleUpdate {
-    /// Whether the schedule runs. Enabling needs a cron (sent now or set before).
+/// When the agent runs on its own: a 5-field cron read in a time zone. A cron or time zone
+/// left out keeps the current one.
+#[derive(Debug, Default)]
+pub struct ScheduleChanges {
     pub enabled: bool,
-    /// 5-field POSIX cron: minute hour day-of-month month day-of-week (`0 9 * * 1` is Mondays
-    /// at 09:00). Omitted: the current one is kept.
     pub cron: Option<String>,
-    /// IANA time zone the cron is read in (`Europe/Berlin`). Omitted: the current one is kept
-    /// (`UTC` by default).
     pub timezone: Option<String>,
 }
 
@@ -79,7 +60,7 @@ pub async fn get<C: sea_orm::ConnectionTrait>(
         .ok_or_else(|| PlatformError::NotFound(format!("agent `{id}` not found")))
 }
 
-fn validate(update: &AgentUpdate) -> PlatformResult<()> {
+fn validate(update: &AgentChanges) -> PlatformResult<()> {
     let mut issues = Issues::default();
     if let Some(name) = &update.display_name {
         issues.length(&["displayName"], name, 1, 120);
@@ -104,7 +85,7 @@ pub async fn update(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-    changes: AgentUpdate,
+    changes: AgentChanges,
 ) -> PlatformResult<Change<agent::Model>> {
     ctx.auth.require_write()?;
     validate(&changes)?;

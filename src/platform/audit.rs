@@ -3,8 +3,8 @@
 use sea_orm::{ActiveModelTrait, ConnectionTrait, Set};
 use serde_json::{json, Value};
 
-use super::{ActionContext, PlatformResult};
-use crate::{correlation, envelope::ResourceRef};
+use super::{ActionContext, PlatformResult, ResourceRef};
+use crate::correlation;
 
 pub async fn record<C: ConnectionTrait>(
     conn: &C,

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::Utc;
-use poem_openapi::{types::MaybeUndefined, Enum, Object};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
@@ -13,27 +12,32 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    config_hash, defined, unique_key, uuid_id, ActionContext, Change, PlatformError, PlatformResult,
+    config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
+    ResourceRef,
 };
-use crate::{
-    envelope::ResourceRef,
-    request::{Issues, PathSegment},
-    types::enum_str,
-};
+use crate::validation::{Issues, PathSegment};
 use entity::{automation, automation_destination, automation_signal, destination, signal};
 
 /// What starts an automation run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
-#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TriggerType {
     SignalOccurrence,
     Schedule,
 }
 
+impl TriggerType {
+    /// The stored (and wire) form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerType::SignalOccurrence => "SIGNAL_OCCURRENCE",
+            TriggerType::Schedule => "SCHEDULE",
+        }
+    }
+}
+
 /// How the automation's signals combine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
-#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum MatchMode {
     Any,
@@ -41,43 +45,31 @@ pub enum MatchMode {
     AtLeast,
 }
 
-/// Who manages a configuration resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
-pub enum ManagedBy {
-    #[oai(rename = "UI")]
-    Ui,
-    #[oai(rename = "CODE")]
-    Code,
+impl MatchMode {
+    /// The stored (and wire) form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchMode::Any => "ANY",
+            MatchMode::All => "ALL",
+            MatchMode::AtLeast => "AT_LEAST",
+        }
+    }
 }
 
 /// A new automation. It is created disabled; enable it once its requirements are met.
-#[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct AutomationCreate {
-    /// 1 to 120 characters.
-    #[oai(validator(min_length = 1, max_length = 120))]
+#[derive(Debug)]
+pub struct NewAutomation {
     pub name: String,
-    /// Up to 1000 characters, or null.
-    #[oai(validator(max_length = 1000))]
-    #[serde(default)]
-    pub description: MaybeUndefined<String>,
+    pub description: Patch<String>,
     /// Unique in the organization; defaults to a slug of the name.
     pub key: Option<String>,
     pub trigger_type: TriggerType,
-    /// Trigger settings (an object), e.g. `{"cron": "0 9 * * 1"}` for a schedule.
     pub trigger_json: BTreeMap<String, Value>,
-    /// Audience filter (an object); defaults to `{}`, everyone.
+    /// Defaults to `{}`, everyone.
     pub audience_filter_json: Option<BTreeMap<String, Value>>,
-    /// Agent that processes runs, or null.
-    #[serde(default)]
-    pub agent_id: MaybeUndefined<String>,
+    pub agent_id: Patch<String>,
     pub match_mode: MatchMode,
-    /// Ids of the organization's signals.
-    #[serde(default)]
     pub signal_ids: Vec<String>,
-    /// Ids of the organization's destinations.
-    #[serde(default)]
     pub destination_ids: Vec<String>,
 }
 
@@ -402,13 +394,13 @@ async fn missing_ids<C: ConnectionTrait>(
 pub async fn create(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
-    body: AutomationCreate,
+    body: NewAutomation,
 ) -> PlatformResult<Change<AutomationView>> {
     ctx.auth.require_write()?;
     let org = ctx.org().to_string();
     let mut issues = Issues::default();
     issues.length(&["name"], &body.name, 1, 120);
-    if let MaybeUndefined::Value(d) = &body.description {
+    if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
     if let Some(key) = &body.key {
@@ -430,8 +422,8 @@ pub async fn create(
     let active_signals = active_signal_count(&txn, &org, &body.signal_ids).await?;
     let trigger_value = Value::Object(body.trigger_json.clone().into_iter().collect());
     if let Err(found) = crate::engine::config::parse_trigger(
-        enum_str(&body.trigger_type).as_str(),
-        enum_str(&body.match_mode).as_str(),
+        body.trigger_type.as_str(),
+        body.match_mode.as_str(),
         &trigger_value,
         active_signals,
     ) {
@@ -447,7 +439,7 @@ pub async fn create(
                 .extend(crate::engine::config::under(&["audienceFilterJson"], found));
         }
     }
-    let agent_id = defined(body.agent_id);
+    let agent_id = body.agent_id.value();
     if let Some(agent) = &agent_id {
         if super::agents::get(&txn, &org, agent).await.is_err() {
             issues.push(vec!["agentId".into()], "no such agent in this organization");
@@ -479,8 +471,8 @@ pub async fn create(
             .into_iter()
             .collect(),
     );
-    let trigger_type = enum_str(&body.trigger_type);
-    let match_mode = enum_str(&body.match_mode);
+    let trigger_type = body.trigger_type.as_str();
+    let match_mode = body.match_mode.as_str();
     let now = Utc::now();
     let id = uuid::Uuid::new_v4().to_string();
     let hash = config_hash(&json!({
@@ -493,13 +485,13 @@ pub async fn create(
         key: Set(key),
         managed_by: Set("UI".into()),
         name: Set(body.name),
-        description: Set(defined(body.description)),
+        description: Set(body.description.value()),
         enabled: Set(false),
-        trigger_type: Set(trigger_type),
+        trigger_type: Set(trigger_type.into()),
         trigger_json: Set(trigger),
         audience_filter_json: Set(audience),
         agent_id: Set(agent_id),
-        match_mode: Set(match_mode),
+        match_mode: Set(match_mode.into()),
         schema_version: Set(super::SCHEMA_VERSION.into()),
         config_hash: Set(Some(hash)),
         archived_at: Set(None),

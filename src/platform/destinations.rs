@@ -2,69 +2,47 @@
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use chrono::Utc;
-use poem_openapi::{types::MaybeUndefined, Object};
 use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
 };
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    config_hash, defined, unique_key, uuid_id, ActionContext, Change, PlatformError, PlatformResult,
+    config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
+    ResourceRef,
 };
 use crate::{
     crypto::{mask, SecretBox},
-    envelope::ResourceRef,
-    request::Issues,
+    validation::Issues,
 };
 use entity::destination::{self, DestinationSyncStatus};
 
 /// Changes to a webhook destination; only sent fields change.
-#[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct DestinationUpdate {
-    /// Always `WEBHOOK_ENDPOINT`: only webhook destinations are changed through this route.
-    #[oai(rename = "type")]
-    #[serde(rename = "type")]
+#[derive(Debug)]
+pub struct DestinationChanges {
+    /// Must be `WEBHOOK_ENDPOINT`.
     pub kind: String,
-    /// 1 to 120 characters.
-    #[oai(validator(min_length = 1, max_length = 120))]
     pub name: Option<String>,
-    /// Up to 1000 characters, or null to clear it.
-    #[oai(validator(max_length = 1000))]
-    #[serde(default)]
-    pub description: MaybeUndefined<String>,
+    /// `null` clears it.
+    pub description: Patch<String>,
     pub enabled: Option<bool>,
-    /// `https://...`, or `http://` only for `localhost`, `127.0.0.1`, `[::1]` or `::1`.
     pub url: Option<String>,
 }
 
 /// A new destination: a signed webhook endpoint or a Slack channel (incoming webhook).
-#[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct DestinationCreate {
-    /// `WEBHOOK_ENDPOINT` (needs `url`) or `SLACK_CHANNEL` (needs `webhookUrl`).
-    #[oai(rename = "type")]
-    #[serde(rename = "type")]
+#[derive(Debug)]
+pub struct NewDestination {
+    /// `WEBHOOK_ENDPOINT` (needs `url`) or `SLACK_CHANNEL` (needs `webhook_url`).
     pub kind: String,
-    /// 1 to 120 characters.
-    #[oai(validator(min_length = 1, max_length = 120))]
     pub name: String,
-    /// Up to 1000 characters, or null.
-    #[oai(validator(max_length = 1000))]
-    #[serde(default)]
-    pub description: MaybeUndefined<String>,
+    pub description: Patch<String>,
     /// Defaults to true.
     pub enabled: Option<bool>,
-    /// Makes this the organization's default destination (clears the previous default).
+    /// Makes this the organization's default destination.
     pub is_default: Option<bool>,
-    /// Webhook endpoint URL (`WEBHOOK_ENDPOINT`), same rule as on update.
     pub url: Option<String>,
-    /// Slack incoming-webhook URL (`SLACK_CHANNEL`), `https://` only. Stored encrypted.
     pub webhook_url: Option<String>,
 }
 
@@ -145,12 +123,12 @@ pub async fn create(
     db: &DatabaseConnection,
     secrets: &SecretBox,
     ctx: &ActionContext<'_>,
-    body: DestinationCreate,
+    body: NewDestination,
 ) -> PlatformResult<Change<CreatedDestination>> {
     ctx.auth.require_write()?;
     let mut issues = Issues::default();
     issues.length(&["name"], &body.name, 1, 120);
-    if let MaybeUndefined::Value(d) = &body.description {
+    if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
     let (provider, config, secret, signing_secret) = match body.kind.as_str() {
@@ -221,7 +199,7 @@ pub async fn create(
         key: Set(key),
         managed_by: Set("UI".into()),
         name: Set(body.name),
-        description: Set(defined(body.description)),
+        description: Set(body.description.value()),
         provider: Set(provider.to_string()),
         kind: Set(body.kind.clone()),
         enabled: Set(body.enabled.unwrap_or(true)),
@@ -267,7 +245,7 @@ pub async fn update(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
     id: &str,
-    body: DestinationUpdate,
+    body: DestinationChanges,
 ) -> PlatformResult<Change<destination::Model>> {
     ctx.auth.require_write()?;
     let mut issues = Issues::default();
@@ -277,7 +255,7 @@ pub async fn update(
     if let Some(name) = &body.name {
         issues.length(&["name"], name, 1, 120);
     }
-    if let MaybeUndefined::Value(d) = &body.description {
+    if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
     if let Some(url) = &body.url {
@@ -291,7 +269,7 @@ pub async fn update(
     let current = get(&txn, ctx.org(), id).await?;
     if current.kind != "WEBHOOK_ENDPOINT" {
         return Err(PlatformError::Validation(vec![
-            crate::request::ValidationIssue::at(
+            crate::validation::ValidationIssue::at(
                 "type",
                 format!(
                     "this destination is a {}, not a WEBHOOK_ENDPOINT",
@@ -302,7 +280,7 @@ pub async fn update(
     }
     // Enabling and disabling stay platform actions; anything else belongs to the file.
     let changes_content =
-        body.name.is_some() || !body.description.is_undefined() || body.url.is_some();
+        body.name.is_some() || body.description != Patch::Absent || body.url.is_some();
     if changes_content {
         refuse_code_managed(&current)?;
     }
@@ -314,15 +292,15 @@ pub async fn update(
         changed.push("name");
     }
     match body.description {
-        MaybeUndefined::Value(d) => {
+        Patch::Value(d) => {
             model.description = Set(Some(d));
             changed.push("description");
         }
-        MaybeUndefined::Null => {
+        Patch::Null => {
             model.description = Set(None);
             changed.push("description");
         }
-        MaybeUndefined::Undefined => {}
+        Patch::Absent => {}
     }
     if let Some(enabled) = body.enabled {
         model.enabled = Set(enabled);

@@ -13,8 +13,7 @@ use sea_orm::DbErr;
 
 use crate::{
     auth::{AuthContext, AuthError},
-    envelope::ResourceRef,
-    request::ValidationIssue,
+    validation::ValidationIssue,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +73,22 @@ impl From<Vec<ValidationIssue>> for PlatformError {
 }
 
 pub type PlatformResult<T> = Result<T, PlatformError>;
+
+/// A resource a command touched: its kind (`agent`, `signal`, `automation`, ...) and id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRef {
+    pub kind: String,
+    pub id: String,
+}
+
+impl ResourceRef {
+    pub fn new(kind: &str, id: impl Into<String>) -> Self {
+        Self {
+            kind: kind.to_string(),
+            id: id.into(),
+        }
+    }
+}
 
 /// What a write action changed: the resource as it is now (`view`), the resources it touched and
 /// the id of the audit row it wrote.
@@ -172,10 +187,29 @@ pub fn unique_key(name: &str, existing: &[String]) -> String {
     candidate
 }
 
-/// The value of an optional-nullable body field, treating "absent" and `null` alike.
-pub fn defined<T>(value: poem_openapi::types::MaybeUndefined<T>) -> Option<T> {
-    match value {
-        poem_openapi::types::MaybeUndefined::Value(v) => Some(v),
-        _ => None,
+/// An optional, nullable input field: left out, sent as `null`, or sent with a value. On
+/// updates, absent keeps the current value and `null` clears it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Patch<T> {
+    #[default]
+    Absent,
+    Null,
+    Value(T),
+}
+
+impl<T> Patch<T> {
+    /// The value, treating "absent" and `null` alike.
+    pub fn value(self) -> Option<T> {
+        match self {
+            Patch::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_value(&self) -> Option<&T> {
+        match self {
+            Patch::Value(v) => Some(v),
+            _ => None,
+        }
     }
 }

@@ -43,7 +43,7 @@ pub fn page_request<S: StatusEnum>(
     limit: Option<u32>,
     cursor: Option<&str>,
 ) -> PlatformResult<PageRequest<S>> {
-    let mut issues = crate::request::Issues::default();
+    let mut issues = crate::validation::Issues::default();
     let status = match status {
         Some(sent) => {
             let parsed = S::parse(&sent.trim().to_ascii_uppercase());

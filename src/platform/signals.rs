@@ -1,7 +1,6 @@
 //! Signals: event-matching definitions that automations trigger on.
 
 use chrono::Utc;
-use poem_openapi::{types::MaybeUndefined, Object};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
@@ -10,40 +9,24 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    config_hash, defined, unique_key, uuid_id, ActionContext, Change, PlatformError, PlatformResult,
+    config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
+    ResourceRef,
 };
-use crate::{
-    envelope::ResourceRef,
-    request::{Issues, PathSegment},
-};
+use crate::validation::{Issues, PathSegment};
 use entity::signal;
 
 /// A new signal. Only `EVENT_MATCH` signals can be created through the API.
-#[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct SignalCreate {
-    /// Always `EVENT_MATCH`.
+#[derive(Debug)]
+pub struct NewSignal {
     pub kind: String,
-    /// 1 to 120 characters.
-    #[oai(validator(min_length = 1, max_length = 120))]
     pub name: String,
-    /// What to match. `grain`: `user` or `customer`; `subjectResolver`: `userId`, `email`,
-    /// `customerId` or `visitorId`; `eventNames`: non-empty list of event names;
-    /// `propertyConditions`: list of `{property, operator, value}` with operator one of `eq`,
-    /// `neq`, `contains`, `gt`, `gte`, `lt`, `lte`, `exists` (no `value` for `exists`);
-    /// `conditionMode`: `ALL` or `ANY`. All five are required; other keys are refused.
     pub definition: EventMatchDefinition,
-    /// Up to 1000 characters, or null.
-    #[oai(validator(max_length = 1000))]
-    #[serde(default)]
-    pub description: MaybeUndefined<String>,
+    pub description: Patch<String>,
 }
 
-/// Definition of an `EVENT_MATCH` signal.
-#[derive(Debug, Deserialize, Object)]
+/// Definition of an `EVENT_MATCH` signal, as sent (also read from `custintel apply` files).
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
 pub struct EventMatchDefinition {
     pub grain: String,
     pub subject_resolver: String,
@@ -53,7 +36,7 @@ pub struct EventMatchDefinition {
 }
 
 /// One condition on an event property.
-#[derive(Debug, Deserialize, Object)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PropertyCondition {
     pub property: String,
@@ -74,13 +57,13 @@ fn one_of(issues: &mut Issues, path: Vec<PathSegment>, value: &str, allowed: &[&
     }
 }
 
-fn validate(body: &SignalCreate) -> PlatformResult<()> {
+fn validate(body: &NewSignal) -> PlatformResult<()> {
     let mut issues = Issues::default();
     if body.kind != "EVENT_MATCH" {
         issues.push(vec!["kind".into()], "must be EVENT_MATCH");
     }
     issues.length(&["name"], &body.name, 1, 120);
-    if let MaybeUndefined::Value(d) = &body.description {
+    if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
     let d = &body.definition;
@@ -178,7 +161,7 @@ pub async fn get<C: ConnectionTrait>(db: &C, org: &str, id: &str) -> PlatformRes
 pub async fn create(
     db: &DatabaseConnection,
     ctx: &ActionContext<'_>,
-    body: SignalCreate,
+    body: NewSignal,
 ) -> PlatformResult<Change<signal::Model>> {
     ctx.auth.require_write()?;
     validate(&body)?;
@@ -200,7 +183,7 @@ pub async fn create(
         key: Set(key),
         managed_by: Set("UI".into()),
         name: Set(body.name),
-        description: Set(defined(body.description)),
+        description: Set(body.description.value()),
         kind: Set("EVENT_MATCH".into()),
         config_hash: Set(Some(config_hash(&definition))),
         definition: Set(definition),

@@ -681,3 +681,25 @@ pub enum Artifact {
     Source(source::Model),
     Fact(fact::Model),
 }
+
+/// Appends a `change_log` row and returns its sequence number for the source or fact's
+/// `change_seq`, so the search index following the change feed sees every write.
+pub async fn record_change(
+    txn: &sea_orm::DatabaseTransaction,
+    org: &str,
+    artifact_type: &str,
+    artifact_id: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<i64, sea_orm::DbErr> {
+    use sea_orm::{ActiveModelTrait, NotSet, Set};
+    let row = change::ActiveModel {
+        seq: NotSet,
+        organization_id: Set(org.to_string()),
+        artifact_type: Set(artifact_type.to_string()),
+        artifact_id: Set(artifact_id.to_string()),
+        created_at: Set(at),
+    }
+    .insert(txn)
+    .await?;
+    Ok(row.seq)
+}

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::{ToolContext, ToolError, ToolResult};
-use crate::request::{PathSegment, ValidationIssue};
+use crate::validation::{PathSegment, ValidationIssue};
 
 /// Default page size of every list tool.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -144,7 +144,7 @@ pub fn parse_timestamp(field: &str, raw: &str) -> ToolResult<DateTime<Utc>> {
 
 /// Wire form of a stored time.
 pub fn ts(value: &DateTime<Utc>) -> String {
-    crate::types::Timestamp::format(value)
+    crate::timestamp::format(value)
 }
 
 pub fn ts_opt(value: &Option<DateTime<Utc>>) -> Value {
@@ -399,4 +399,10 @@ pub fn key_time(value: &DateTime<Utc>) -> Value {
 
 pub fn key_time_opt(value: &Option<DateTime<Utc>>) -> Value {
     value.as_ref().map_or(Value::Null, key_time)
+}
+
+/// The one form emails are stored and looked up in: trimmed and lower-case (as ingest writes
+/// them), so a lookup is an equality through the `(organization_id, email)` index.
+pub fn normalize_email(raw: &str) -> String {
+    raw.trim().to_lowercase()
 }

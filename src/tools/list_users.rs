@@ -101,7 +101,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     }
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
-        filter = filter.add(Column::Email.eq(crate::import::normalize_email(email)));
+        filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
     if let Some(name) = &input.name {
         filter = filter.add(contains_ci(Column::Name, name));

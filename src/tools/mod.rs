@@ -30,8 +30,8 @@ pub mod send_notification;
 use serde_json::{Map, Value};
 
 use crate::{
-    request::{PathSegment, ValidationIssue},
     state::AppState,
+    validation::{PathSegment, ValidationIssue},
 };
 
 /// What a tool call runs with: the service's state and the caller's organization.
@@ -123,7 +123,7 @@ pub async fn call(ctx: ToolContext, name: &str, input: Option<Value>) -> ToolRes
 impl ToolError {
     /// The error as a tool's caller in this process reads it (an agent's model sees it as the
     /// tool's result): the same JSON as the body of a failed `POST /api/tools/call`, whose status
-    /// and typed body `crate::api::errors` decides; a test there holds the two together.
+    /// and typed body `crate::http::api::errors` decides; a test there holds the two together.
     pub fn to_json(&self) -> Value {
         match self {
             ToolError::Invalid(issues) => {

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{analytics_views, ToolContext, ToolError, ToolResult};
-use crate::request::ValidationIssue;
+use crate::validation::ValidationIssue;
 
 const DEFAULT_MAX_ROWS: i64 = 1000;
 const MAX_MAX_ROWS: i64 = 10_000;

@@ -7,7 +7,7 @@ use std::{future::Future, pin::Pin, sync::LazyLock};
 use serde_json::{Map, Value};
 
 use super::{ToolContext, ToolError, ToolResult};
-use crate::request::{parse_value, PathSegment, ValidationIssue};
+use crate::validation::{parse_value, PathSegment, ValidationIssue};
 
 pub type ToolFuture = Pin<Box<dyn Future<Output = ToolResult<Value>> + Send>>;
 

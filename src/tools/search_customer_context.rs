@@ -13,9 +13,9 @@ use super::{
     ToolContext, ToolError, ToolResult,
 };
 use crate::{
-    request::ValidationIssue,
     search::{best_passages, load_hits, round_score, Artifact, SearchFilter},
-    types::Timestamp,
+    timestamp,
+    validation::ValidationIssue,
 };
 
 /// Results when `topK` is not given.
@@ -160,7 +160,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                         "sourceType": s.source_type,
                         "sourceId": s.source_id,
                         "title": s.title,
-                        "occurredAt": Timestamp::format(&s.occurred_at),
+                        "occurredAt": timestamp::format(&s.occurred_at),
                         "passages": best_passages(text, &words, |t| index.analyze(t), PASSAGES_PER_RESULT),
                     })
                 }
@@ -175,7 +175,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                         "sourceType": f.source_type,
                         "sourceId": f.source_id,
                         "title": f.text,
-                        "occurredAt": Timestamp::format(&f.source_occurred_at),
+                        "occurredAt": timestamp::format(&f.source_occurred_at),
                         "passages": best_passages(text, &words, |t| index.analyze(t), PASSAGES_PER_RESULT),
                     })
                 }

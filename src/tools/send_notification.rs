@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use super::{ToolContext, ToolError, ToolResult};
 use crate::{
     notify::{deliver_notification, Notification},
-    request::{Issues, ValidationIssue},
+    validation::{Issues, ValidationIssue},
 };
 use entity::destination;
 

@@ -2,7 +2,7 @@
 
 use std::{io::Write, process::Stdio};
 
-use custintel::apply::{self, ApplyError, ApplyReport};
+use custintel::ops::apply::{self, ApplyError, ApplyReport};
 use reqwest::StatusCode;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde_json::{json, Value};

@@ -146,7 +146,7 @@ async fn admin_commands_and_demo_then_serve() {
         .text()
         .await
         .unwrap();
-    assert_eq!(yaml, custintel::server::openapi_yaml());
+    assert_eq!(yaml, custintel::http::server::openapi_yaml());
     let json: Value = http
         .get(format!("{base}/openapi.json"))
         .send()

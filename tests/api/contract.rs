@@ -4,7 +4,7 @@ use serde_json::Value;
 
 #[test]
 fn openapi_yaml_matches_the_code() {
-    let generated = custintel::server::openapi_yaml();
+    let generated = custintel::http::server::openapi_yaml();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml");
     if std::env::var("UPDATE_OPENAPI").as_deref() == Ok("1") {
         std::fs::write(path, &generated).expect("write openapi.yaml");
@@ -20,7 +20,7 @@ fn openapi_yaml_matches_the_code() {
 
 #[test]
 fn description_is_version_1_with_bearer_security() {
-    let doc = custintel::server::openapi_value();
+    let doc = custintel::http::server::openapi_value();
     assert_eq!(
         doc["openapi"].as_str().map(|v| v.starts_with("3.")),
         Some(true)

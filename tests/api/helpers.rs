@@ -4,10 +4,10 @@
 use std::{net::SocketAddr, sync::OnceLock};
 
 use custintel::{
-    admin::{self, CreatedOrganization, NewOrganization, Plan},
-    api::AppState,
     crypto::SecretBox,
     db,
+    http::api::AppState,
+    ops::admin::{self, CreatedOrganization, NewOrganization, Plan},
 };
 use reqwest::{Method, StatusCode};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
@@ -116,7 +116,7 @@ async fn spawn_configured(
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
     let serve_state = state.clone();
     tokio::spawn(async move {
-        custintel::server::serve(serve_state, "127.0.0.1:0", move |addr| {
+        custintel::http::server::serve(serve_state, "127.0.0.1:0", move |addr| {
             let _ = tx.send(addr);
         })
         .await
@@ -164,7 +164,7 @@ impl TestApp {
         let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
         let state = self.state.clone();
         tokio::spawn(async move {
-            custintel::server::serve(state, "127.0.0.1:0", move |addr| {
+            custintel::http::server::serve(state, "127.0.0.1:0", move |addr| {
                 let _ = tx.send(addr);
             })
             .await
@@ -212,7 +212,7 @@ impl TestApp {
     /// An organization seeded with the demo data set.
     pub async fn demo_org(&self) -> CreatedOrganization {
         let org = self.org("Demo Co").await;
-        custintel::demo::seed(&self.db, &self.state.secrets, &org.organization_id)
+        custintel::ops::demo::seed(&self.db, &self.state.secrets, &org.organization_id)
             .await
             .expect("seed demo");
         org

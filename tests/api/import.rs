@@ -181,7 +181,7 @@ async fn import_command() {
 
 use std::collections::{BTreeMap, HashSet};
 
-use custintel::import::{self as importer, ImportReport, CHUNK_LINES};
+use custintel::ops::import::{self as importer, ImportReport, CHUNK_LINES};
 use reqwest::StatusCode;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, Statement};
 
@@ -697,11 +697,11 @@ db_test!(
     |app: TestApp| async move {
         const CLIENTS: usize = 8;
         const MAX_ROUNDS: usize = 60;
-        let org = custintel::admin::create_org(
+        let org = custintel::ops::admin::create_org(
             &app.db,
-            custintel::admin::NewOrganization {
+            custintel::ops::admin::NewOrganization {
                 name: "Busy Co".into(),
-                plan: custintel::admin::Plan::Pro,
+                plan: custintel::ops::admin::Plan::Pro,
                 api_call_limit: None,
                 connection_limit: None,
                 ingest_rate_limit: Some(100_000),

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use custintel::admin::{self, NewOrganization, Plan};
+use custintel::ops::admin::{self, NewOrganization, Plan};
 use entity::{
     billing_change,
     customer::{self, BillingStatus},

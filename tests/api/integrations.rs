@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use custintel::{
-    admin::{self, NewOrganization, Plan},
     integrations::{scheduler, sessions, webhook, IntegrationsConfig},
+    ops::admin::{self, NewOrganization, Plan},
 };
 use reqwest::{Method, StatusCode};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter, Set};

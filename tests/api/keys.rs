@@ -45,10 +45,10 @@ db_test!(validate_api_key, |app: TestApp| async move {
     snap!("validate_key_missing", r.body);
 
     let extra =
-        custintel::admin::create_key(&app.db, &org.organization_id, Some("ci".into()), false)
+        custintel::ops::admin::create_key(&app.db, &org.organization_id, Some("ci".into()), false)
             .await
             .unwrap();
-    custintel::admin::disable_key(&app.db, &extra.key_id)
+    custintel::ops::admin::disable_key(&app.db, &extra.key_id)
         .await
         .unwrap();
     let r = app

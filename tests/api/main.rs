@@ -17,6 +17,7 @@ mod ingest;
 mod ingest_durability;
 mod integrations;
 mod keys;
+mod layers;
 mod mcp;
 mod notify;
 mod ops;

@@ -119,11 +119,11 @@ db_test!(mcp_tools, |app: TestApp| async move {
 });
 
 db_test!(mcp_shares_the_allowance, |app: TestApp| async move {
-    let org = custintel::admin::create_org(
+    let org = custintel::ops::admin::create_org(
         &app.db,
-        custintel::admin::NewOrganization {
+        custintel::ops::admin::NewOrganization {
             name: "Tiny".into(),
-            plan: custintel::admin::Plan::Free,
+            plan: custintel::ops::admin::Plan::Free,
             api_call_limit: Some(1),
             connection_limit: None,
             ingest_rate_limit: None,

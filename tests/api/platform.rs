@@ -789,7 +789,7 @@ db_test!(
     |app: TestApp| async move {
         let org = app.demo_org().await;
         let key = org.api_key.as_str();
-        let ro = custintel::admin::create_key(&app.db, &org.organization_id, None, true)
+        let ro = custintel::ops::admin::create_key(&app.db, &org.organization_id, None, true)
             .await
             .unwrap();
         let auto = automation_id(&app, key, "churn-risk-alert").await;
@@ -918,7 +918,7 @@ db_test!(
             assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{bad:?}");
             assert!(r.body["error"].is_string());
         }
-        custintel::admin::disable_key(&app.db, &ro.key_id)
+        custintel::ops::admin::disable_key(&app.db, &ro.key_id)
             .await
             .unwrap();
         let r = app.get("/api/agents", "/api/agents", &ro.api_key).await;

@@ -2,7 +2,7 @@
 //! input validation, tenant isolation and the plan allowance.
 
 use chrono::{Duration, Utc};
-use custintel::import;
+use custintel::ops::import;
 use entity::customer::BillingStatus;
 use reqwest::{Method, StatusCode};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
@@ -956,11 +956,11 @@ db_test!(call_errors, |app: TestApp| async move {
 });
 
 db_test!(allowance, |app: TestApp| async move {
-    let org = custintel::admin::create_org(
+    let org = custintel::ops::admin::create_org(
         &app.db,
-        custintel::admin::NewOrganization {
+        custintel::ops::admin::NewOrganization {
             name: "Small Plan".into(),
-            plan: custintel::admin::Plan::Free,
+            plan: custintel::ops::admin::Plan::Free,
             api_call_limit: Some(3),
             connection_limit: None,
             ingest_rate_limit: None,
@@ -995,7 +995,7 @@ db_test!(allowance, |app: TestApp| async move {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let state = app.state.clone();
     tokio::spawn(async move {
-        custintel::server::serve(state, "127.0.0.1:0", move |addr| {
+        custintel::http::server::serve(state, "127.0.0.1:0", move |addr| {
             let _ = tx.send(addr);
         })
         .await
@@ -1024,11 +1024,11 @@ db_test!(allowance, |app: TestApp| async move {
 });
 
 db_test!(allowance_under_concurrency, |app: TestApp| async move {
-    let org = custintel::admin::create_org(
+    let org = custintel::ops::admin::create_org(
         &app.db,
-        custintel::admin::NewOrganization {
+        custintel::ops::admin::NewOrganization {
             name: "Busy".into(),
-            plan: custintel::admin::Plan::Pro,
+            plan: custintel::ops::admin::Plan::Pro,
             api_call_limit: Some(5),
             connection_limit: None,
             ingest_rate_limit: None,

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use custintel::admin::{self, NewOrganization, Plan};
+use custintel::ops::admin::{self, NewOrganization, Plan};
 use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{json, Value};
@@ -258,7 +258,7 @@ db_test!(
         )
         .await
         .expect("create org");
-        custintel::demo::seed(&app.db, &app.state.secrets, &org.organization_id)
+        custintel::ops::demo::seed(&app.db, &app.state.secrets, &org.organization_id)
             .await
             .expect("seed demo");
         let agents = app.get("/api/agents", "/api/agents", &org.api_key).await;

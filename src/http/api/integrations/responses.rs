@@ -1,0 +1,82 @@
+//! The responses of `/api/integrations` (integration errors map onto them in
+//! [`crate::http::api::errors`]).
+
+use super::*;
+
+/// Every integration route answers with one of these.
+#[derive(ApiResponse)]
+#[oai(bad_request_handler = "integration_bad_request")]
+pub enum IntegrationResponse<T: ParseFromJSON + ToJSON + Send + Sync> {
+    #[oai(status = 200)]
+    Ok(Json<T>),
+    /// Invalid provider, malformed JSON, or a missing or invalid field (named in `details`).
+    #[oai(status = 400)]
+    BadRequest(Json<ErrorBody>),
+    /// Missing, unknown or disabled API key.
+    #[oai(status = 401)]
+    Unauthorized(Json<ErrorBody>),
+    /// The plan's connection limit is reached (connect), or the key is read-only (changes need
+    /// the write scope).
+    #[oai(status = 403)]
+    Forbidden(Json<Forbidden>),
+    /// No such session, or (setup-step) the provider is not connected.
+    #[oai(status = 404)]
+    NotFound(Json<ErrorBody>),
+    /// Internal error.
+    #[oai(status = 500)]
+    Internal(Json<ErrorBody>),
+    /// A provider's API or the database could not be reached; retry.
+    #[oai(status = 503)]
+    Unavailable(Json<ErrorBody>),
+}
+
+/// Framework errors (bad JSON, content type, parameters, missing key) in the spec's shapes.
+pub(super) fn integration_bad_request<T: ParseFromJSON + ToJSON + Send + Sync>(
+    err: poem::Error,
+) -> IntegrationResponse<T> {
+    if err.is::<poem_openapi::error::AuthorizationError>() {
+        return IntegrationResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
+    }
+    crate::http::api::errors::integration_validation(request_issues(&err))
+}
+
+pub(super) fn answer<T: ParseFromJSON + ToJSON + Send + Sync>(
+    result: IntegrationResult<T>,
+) -> IntegrationResponse<T> {
+    match result {
+        Ok(v) => IntegrationResponse::Ok(Json(v)),
+        Err(e) => e.into(),
+    }
+}
+
+/// Disconnect answers.
+#[derive(ApiResponse)]
+#[oai(bad_request_handler = "disconnect_bad_request")]
+pub enum DisconnectResponse {
+    /// The connection, its credentials and its sync history are removed.
+    #[oai(status = 200)]
+    Ok(Json<Disconnected>),
+    /// Invalid provider or malformed JSON.
+    #[oai(status = 400)]
+    BadRequest(Json<ErrorBody>),
+    /// Missing, unknown or disabled API key.
+    #[oai(status = 401)]
+    Unauthorized(Json<ErrorBody>),
+    /// The key is read-only: changes need the write scope.
+    #[oai(status = 403)]
+    Forbidden(Json<ErrorBody>),
+    /// The provider is valid but not connected.
+    #[oai(status = 404)]
+    NotConnected(Json<NotConnected>),
+    /// Internal error.
+    #[oai(status = 500)]
+    Internal(Json<ErrorBody>),
+}
+
+pub(super) fn disconnect_bad_request(err: poem::Error) -> DisconnectResponse {
+    match integration_bad_request::<Disconnected>(err) {
+        IntegrationResponse::Unauthorized(b) => DisconnectResponse::Unauthorized(b),
+        IntegrationResponse::BadRequest(b) => DisconnectResponse::BadRequest(b),
+        _ => DisconnectResponse::Internal(ErrorBody::new("internal error")),
+    }
+}

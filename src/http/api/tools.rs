@@ -1,0 +1,178 @@
+//! The tool gateway: `POST /api/tools/call` and `GET /api/tools` (extension).
+
+use std::collections::BTreeMap;
+
+use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
+use serde_json::Value;
+
+use super::{errors, ApiTags, AppState};
+use crate::{
+    auth::authenticate,
+    http::api::ApiKeyAuth,
+    http::envelope::{request_issues, ErrorBody},
+    http::request::JsonBody,
+    tools::{self, registry, ToolContext},
+};
+
+/// A tool call.
+#[derive(Debug, Object, serde::Deserialize)]
+#[oai(rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallRequest {
+    /// The tool to run (`GET /api/tools` lists them with their input schemas).
+    pub tool: String,
+    /// The tool's input, validated against its input schema (default `{}`).
+    #[serde(default)]
+    pub input: Option<BTreeMap<String, Value>>,
+}
+
+/// The plan's tool-call allowance for this billing cycle is used up.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase")]
+pub struct PlanLimitError {
+    pub error: String,
+    /// Always `api_limit_exceeded`.
+    pub code: String,
+    /// The organization's plan: `free`, `pro` or `enterprise`.
+    pub plan: String,
+    /// Always `api_calls`.
+    pub feature: String,
+    /// When the allowance renews: Unix milliseconds of the next billing cycle's start (the
+    /// first day of the next calendar month, 00:00 UTC).
+    pub reset_at: i64,
+}
+
+#[derive(ApiResponse)]
+#[oai(bad_request_handler = "call_bad_request")]
+pub enum ToolCallResponse {
+    /// The tool's result: list tools answer `{items, pagination: {hasMore, nextCursor, total}}`,
+    /// lookups the record.
+    #[oai(status = 200)]
+    Ok(Json<Value>),
+    /// Invalid JSON, an unknown tool or an input that breaks the tool's contract (`details`
+    /// name each offending field), or a call the tool refuses.
+    #[oai(status = 400)]
+    BadRequest(Json<ErrorBody>),
+    /// Missing, invalid or disabled API key.
+    #[oai(status = 401)]
+    Unauthorized(Json<ErrorBody>),
+    /// The plan's tool-call allowance for this billing cycle is used up.
+    #[oai(status = 402)]
+    LimitExceeded(Json<PlanLimitError>),
+    /// An exact lookup found nothing in the organization.
+    #[oai(status = 404)]
+    NotFound(Json<ErrorBody>),
+    /// Internal error.
+    #[oai(status = 500)]
+    Internal(Json<ErrorBody>),
+    /// The database could not be reached; retry.
+    #[oai(status = 503)]
+    Unavailable(Json<ErrorBody>),
+}
+
+fn call_bad_request(err: poem::Error) -> ToolCallResponse {
+    if err.is::<poem_openapi::error::AuthorizationError>() {
+        return ToolCallResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
+    }
+    errors::invalid_tool_call(request_issues(&err))
+}
+
+/// A tool an agent or SDK can call.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase")]
+pub struct ToolInfo {
+    /// The name to send as `tool`.
+    pub name: String,
+    /// What the tool is for, written for an AI agent and a person.
+    pub description: String,
+    /// The tool's input contract (JSON Schema, draft 2020-12): the schema `POST
+    /// /api/tools/call` validates `input` against.
+    pub input_schema: Value,
+}
+
+/// Every tool of the gateway.
+#[derive(Debug, Object)]
+pub struct ToolList {
+    pub tools: Vec<ToolInfo>,
+}
+
+#[derive(ApiResponse)]
+#[oai(bad_request_handler = "list_bad_request")]
+pub enum ToolListResponse {
+    /// The tools.
+    #[oai(status = 200)]
+    Ok(Json<ToolList>),
+    /// Missing, invalid or disabled API key.
+    #[oai(status = 401)]
+    Unauthorized(Json<ErrorBody>),
+    /// Internal error.
+    #[oai(status = 500)]
+    Internal(Json<ErrorBody>),
+    /// The database could not be reached; retry.
+    #[oai(status = 503)]
+    Unavailable(Json<ErrorBody>),
+}
+
+fn list_bad_request(err: poem::Error) -> ToolListResponse {
+    if err.is::<poem_openapi::error::AuthorizationError>() {
+        return ToolListResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
+    }
+    ToolListResponse::Internal(ErrorBody::new(err.to_string()))
+}
+
+/// The tool list as `GET /api/tools` and the MCP `tools/list` show it.
+pub fn tool_list() -> ToolList {
+    ToolList {
+        tools: registry::all()
+            .iter()
+            .map(|r| ToolInfo {
+                name: r.tool.name.to_string(),
+                description: r.tool.description.to_string(),
+                input_schema: r.schema.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub struct ToolsApi {
+    pub state: AppState,
+}
+
+#[OpenApi(tag = "ApiTags::Tools")]
+impl ToolsApi {
+    /// Call a tool
+    ///
+    /// Runs one tool over your organization's customer data. `input` is validated against the
+    /// tool's input schema first (unknown properties are refused). Each call that reaches the
+    /// tool counts toward the plan's tool-call allowance of the billing cycle; calls refused
+    /// with 400 before the tool runs do not.
+    #[oai(path = "/api/tools/call", method = "post", operation_id = "callTool")]
+    async fn call(&self, key: ApiKeyAuth, body: JsonBody<ToolCallRequest>) -> ToolCallResponse {
+        let auth = match authenticate(&self.state.db, &key.0.token).await {
+            Ok(auth) => auth,
+            Err(e) => return e.into(),
+        };
+        let ctx = ToolContext {
+            state: self.state.clone(),
+            organization_id: auth.organization_id,
+        };
+        let body = body.0;
+        let input = body.input.map(|m| Value::Object(m.into_iter().collect()));
+        match tools::call(ctx, &body.tool, input).await {
+            Ok(result) => ToolCallResponse::Ok(Json(result)),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// List tools (extension)
+    ///
+    /// Every tool's name, description and input schema: the same schemas `POST
+    /// /api/tools/call` validates against, so agents and SDKs can discover the tools.
+    #[oai(path = "/api/tools", method = "get", operation_id = "listTools")]
+    async fn list(&self, key: ApiKeyAuth) -> ToolListResponse {
+        match authenticate(&self.state.db, &key.0.token).await {
+            Ok(_) => ToolListResponse::Ok(Json(tool_list())),
+            Err(e) => e.into(),
+        }
+    }
+}

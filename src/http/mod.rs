@@ -1,0 +1,12 @@
+//! The HTTP side: routes, request parsing, the command and error envelopes, MCP and
+//! `/metrics`. It turns requests into the domain's plain inputs and the domain's results and
+//! errors into response bodies; the domain never imports it.
+
+pub mod api;
+pub mod correlation;
+pub mod envelope;
+pub mod mcp;
+pub mod metrics;
+pub mod request;
+pub mod server;
+pub mod types;

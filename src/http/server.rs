@@ -1,0 +1,263 @@
+//! Assembles the HTTP application and runs it.
+
+use std::net::SocketAddr;
+
+use poem::{
+    endpoint::make_sync,
+    get, handler,
+    http::StatusCode,
+    listener::{Acceptor, Listener, TcpListener},
+    web::Json,
+    Endpoint, EndpointExt, IntoResponse, Response, Route, Server,
+};
+use serde_json::{json, Value};
+
+use crate::http::{api, correlation};
+
+/// The published description as a JSON value. Post-processing adds what poem-openapi cannot
+/// say: named objects allow no properties beyond their declared ones (the spec's envelopes
+/// forbid extras; request bodies refuse unknown fields).
+pub fn openapi_document(service_spec_json: &str) -> Value {
+    let mut doc: Value = serde_json::from_str(service_spec_json).unwrap_or(Value::Null);
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    {
+        for schema in schemas.values_mut() {
+            if let Some(obj) = schema.as_object_mut() {
+                // poem-openapi writes `type: object` beside the `anyOf` of a union of scalars
+                // (PathSegment: string or integer), which no scalar could match.
+                let has_scalar_member = ["anyOf", "oneOf"].iter().any(|k| {
+                    obj.get(*k)
+                        .and_then(Value::as_array)
+                        .is_some_and(|members| {
+                            members.iter().any(|m| {
+                                m.get("type")
+                                    .and_then(Value::as_str)
+                                    .is_some_and(|t| t != "object")
+                            })
+                        })
+                });
+                if has_scalar_member && obj.get("type").and_then(Value::as_str) == Some("object") {
+                    obj.remove("type");
+                }
+                let is_object = obj.get("type").and_then(Value::as_str) == Some("object");
+                if is_object
+                    && obj.contains_key("properties")
+                    && !obj.contains_key("additionalProperties")
+                {
+                    obj.insert("additionalProperties".into(), Value::Bool(false));
+                }
+            }
+        }
+    }
+    // The tool gateway's input contracts come from schemars, not poem-openapi.
+    crate::tools::openapi::extend_description(&mut doc);
+    doc
+}
+
+/// The description of the code as built, independent of any database.
+pub fn openapi_value() -> Value {
+    let db = sea_orm::DatabaseConnection::default();
+    let Ok(search) = crate::search::SearchIndex::new(db.clone()) else {
+        return Value::Null;
+    };
+    let state = crate::state::AppState {
+        db,
+        secrets: crate::crypto::SecretBox::from_key(&[0u8; 32]),
+        public_url: String::new(),
+        integrations: Default::default(),
+        search,
+        agents: Default::default(),
+    };
+    openapi_document(&api::service(state).spec())
+}
+
+/// `openapi.yaml` as committed.
+pub fn openapi_yaml() -> String {
+    serde_yaml::to_string(&openapi_value()).unwrap_or_default()
+}
+
+#[handler]
+fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// How long the readiness check waits for the database.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Readiness: 200 while the database answers, 503 `{error}` while it cannot be reached, so a
+/// load balancer sends no traffic to an instance that would fail it. (`/healthz` is liveness:
+/// the process answers, whatever the database does.)
+#[handler]
+async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
+    match tokio::time::timeout(READY_TIMEOUT, db.ping()).await {
+        Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "readiness check: the database cannot be reached");
+            not_ready("the database cannot be reached")
+        }
+        Err(_) => not_ready("the database did not answer within 2 s"),
+    }
+}
+
+/// Prometheus scrape endpoint (no key: it shows counts only, never an organization's data).
+#[handler]
+async fn metrics_text(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
+    crate::http::metrics::render(&db)
+        .await
+        .with_content_type("text/plain; version=0.0.4; charset=utf-8")
+        .into_response()
+}
+
+fn not_ready(message: &str) -> Response {
+    Json(json!({ "error": message }))
+        .with_status(StatusCode::SERVICE_UNAVAILABLE)
+        .into_response()
+}
+
+/// Unknown routes and methods, and any framework error that escaped a typed route, answer in
+/// the Platform API's `{error}` shape instead of plain text.
+async fn json_error(err: poem::Error) -> Response {
+    let status = err.status();
+    let message = match status {
+        StatusCode::NOT_FOUND => "no such route".to_string(),
+        StatusCode::METHOD_NOT_ALLOWED => "method not allowed on this route".to_string(),
+        _ => err.to_string(),
+    };
+    Json(json!({ "error": message }))
+        .with_status(status)
+        .into_response()
+}
+
+/// The whole application: typed API, description, docs UI and health check.
+pub fn app(state: crate::state::AppState) -> impl Endpoint {
+    let connect_page = get(api::connect_page::show)
+        .post(api::connect_page::submit)
+        .data(state.clone());
+    let mcp = crate::http::mcp::endpoint(state.clone());
+    let ready = get(readyz).data(state.db.clone());
+    let metrics = get(metrics_text).data(state.db.clone());
+    let service = api::service(state);
+    let doc = openapi_document(&service.spec());
+    let yaml = serde_yaml::to_string(&doc).unwrap_or_default();
+    let json_text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    let docs = service.swagger_ui();
+    Route::new()
+        .nest("/", service)
+        .at(
+            "/openapi.yaml",
+            get(make_sync(move |_| {
+                yaml.clone()
+                    .with_content_type("application/yaml; charset=utf-8")
+            })),
+        )
+        .at(
+            "/openapi.json",
+            get(make_sync(move |_| {
+                json_text
+                    .clone()
+                    .with_content_type("application/json; charset=utf-8")
+            })),
+        )
+        .nest("/docs", docs)
+        .at("/healthz", get(healthz))
+        .at("/readyz", ready)
+        .at("/metrics", metrics)
+        .at("/connect/:session_id", connect_page)
+        .at("/mcp", mcp)
+        .catch_all_error(json_error)
+        .around(crate::http::metrics::middleware)
+        .around(correlation::middleware)
+}
+
+/// Binds `bind` and serves until the process ends; returns the bound address through `on_bound`.
+pub async fn serve(
+    mut state: crate::state::AppState,
+    bind: &str,
+    on_bound: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    let acceptor = TcpListener::bind(bind.to_string()).into_acceptor().await?;
+    let addr = acceptor
+        .local_addr()
+        .first()
+        .and_then(|a| a.as_socket_addr().copied())
+        .ok_or_else(|| anyhow::anyhow!("could not read the bound address"))?;
+    // A public URL naming port 0 (`--bind 127.0.0.1:0` without `--public-url`) cannot be
+    // opened: links then use the port actually bound.
+    if state.public_url.ends_with(":0") {
+        state.public_url = format!("http://{addr}");
+    }
+    on_bound(addr);
+    let retries = crate::notify::worker::spawn(
+        state.db.clone(),
+        state.secrets.clone(),
+        std::time::Duration::from_secs(5),
+    );
+    // Agents' schedules run on every instance; a tick is claimed once across instances.
+    let _agent_schedules =
+        crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
+    // The automation engine's processor and schedule ticks run on every instance; runs and
+    // ticks are claimed once across instances.
+    let engine = crate::engine::spawn(state.clone());
+    let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
+    let applier = crate::ingest::applier::Applier::spawn(state.db.clone(), window);
+    // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
+    // connections, requests in flight answered after their commits, then what was
+    // acknowledged is applied, all within `SHUTDOWN_LIMIT`.
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
+    let served = Server::new_with_acceptor(acceptor)
+        .run_with_graceful_shutdown(
+            app(state),
+            async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down: answering requests in flight");
+                let _ = stopping_tx.send(tokio::time::Instant::now() + SHUTDOWN_LIMIT);
+            },
+            Some(REQUEST_GRACE),
+        )
+        .await;
+    retries.abort();
+    for task in engine {
+        task.abort();
+    }
+    match stopping.await {
+        Ok(deadline) => {
+            tracing::info!("applying acknowledged events before exit");
+            applier.drain(deadline).await;
+        }
+        Err(_) => applier.abort(),
+    }
+    served?;
+    Ok(())
+}
+
+/// From the shutdown signal to the process's exit at most.
+pub const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(9);
+/// How long requests in flight may take to finish after the signal.
+const REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ctrl-C or SIGTERM, whichever comes first.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(term) => term,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

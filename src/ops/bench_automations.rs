@@ -1,0 +1,457 @@
+//! `custintel bench automations`: the automation engine under ingest load, in-process over
+//! loopback on a temporary SQLite database. Organizations each get active signals and enabled
+//! automations delivering to a webhook receiver on 127.0.0.1; traffic has a share of events
+//! that match. Figures: ingest's closed-loop peak with the automations disabled and enabled, and
+//! at a steady offered rate the time from a matching event's acknowledgement (its `receivedAt`)
+//! to the receiver getting the run's delivery.
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use entity::{
+    automation,
+    automation_run::{self, AutomationRunStatus},
+    destination::{self, DestinationSyncStatus},
+    signal,
+};
+use poem::{handler, listener::TcpListener, web::Data, EndpointExt, Route, Server};
+use sea_orm::{
+    sea_query::Expr, ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, Set,
+};
+use serde_json::json;
+
+use crate::{
+    crypto::SecretBox,
+    ops::bench_ingest::{self, BenchOptions, BodyFn},
+    platform::{automations::link, config_hash, destinations::new_signing_secret},
+};
+
+/// Options of a run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AutomationsBenchArgs {
+    /// Seconds of the steady phase at `--rate`.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Seconds of each closed-loop peak phase (without and with the automations).
+    #[arg(long, default_value_t = 10)]
+    pub peak_seconds: u64,
+    /// Organizations, each with its signals, automations and webhook destination.
+    #[arg(long, default_value_t = 50)]
+    pub orgs: usize,
+    /// Active signals per organization.
+    #[arg(long, default_value_t = 20)]
+    pub signals: usize,
+    /// Enabled automations per organization (each linked to signals in turn).
+    #[arg(long, default_value_t = 10)]
+    pub automations: usize,
+    /// Events per second offered in the steady phase (batches of 100).
+    #[arg(long, default_value_t = 10_000)]
+    pub rate: u64,
+    /// Matching events per batch of 100 (5 is 5%).
+    #[arg(long, default_value_t = 5)]
+    pub matching: u64,
+    /// Requests in flight at peak load.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+}
+
+/// What the receiver saw: per delivery, milliseconds from the matching event's
+/// acknowledgement to arrival.
+#[derive(Clone, Default)]
+struct Seen {
+    latencies_ms: Arc<Mutex<Vec<f64>>>,
+    deliveries: Arc<AtomicU64>,
+}
+
+#[handler]
+async fn receive(body: String, seen: Data<&Seen>) -> &'static str {
+    let arrived = Utc::now();
+    seen.deliveries.fetch_add(1, Ordering::Relaxed);
+    // The first event's `receivedAt`, found without parsing the whole body (the receiver shares
+    // the two cores with the service).
+    let acknowledged = body
+        .split_once(r#""receivedAt":""#)
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .and_then(|(t, _)| DateTime::parse_from_rfc3339(t).ok());
+    if let Some(at) = acknowledged {
+        let ms = (arrived - at.with_timezone(&Utc))
+            .num_microseconds()
+            .unwrap_or(0) as f64
+            / 1000.0;
+        if let Ok(mut l) = seen.latencies_ms.lock() {
+            l.push(ms);
+        }
+    }
+    "ok"
+}
+
+async fn start_receiver(seen: Seen) -> anyhow::Result<String> {
+    let acceptor =
+        poem::listener::Listener::into_acceptor(TcpListener::bind("127.0.0.1:0")).await?;
+    let addr = poem::listener::Acceptor::local_addr(&acceptor)
+        .first()
+        .and_then(|a| a.as_socket_addr().copied())
+        .ok_or_else(|| anyhow::anyhow!("receiver address"))?;
+    let app = Route::new().at("/*path", poem::post(receive)).data(seen);
+    tokio::spawn(Server::new_with_acceptor(acceptor).run(app));
+    Ok(format!("http://{addr}/hook"))
+}
+
+/// Signals, a webhook destination and automations of one organization (automations disabled).
+async fn seed(
+    db: &DatabaseConnection,
+    secrets: &SecretBox,
+    org: &str,
+    receiver: &str,
+    args: &AutomationsBenchArgs,
+) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let new_id = || uuid::Uuid::new_v4().to_string();
+    let mut signal_ids = Vec::new();
+    for k in 0..args.signals {
+        let id = new_id();
+        let definition = json!({"grain": "user", "subjectResolver": "email",
+            "eventNames": [format!("sig_{k}")],
+            "propertyConditions": [{"property": "plan", "operator": "eq", "value": "pro"}],
+            "conditionMode": "ALL"});
+        signal::Entity::insert(signal::ActiveModel {
+            id: Set(id.clone()),
+            organization_id: Set(org.to_string()),
+            key: Set(format!("sig-{k}")),
+            managed_by: Set("UI".into()),
+            name: Set(format!("Signal {k}")),
+            description: Set(None),
+            kind: Set("EVENT_MATCH".into()),
+            config_hash: Set(Some(config_hash(&definition))),
+            definition: Set(definition),
+            schema_version: Set("1".into()),
+            archived_at: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+        })
+        .exec_without_returning(db)
+        .await?;
+        signal_ids.push(id);
+    }
+    let dest_id = new_id();
+    let secret = new_signing_secret();
+    destination::Entity::insert(destination::ActiveModel {
+        id: Set(dest_id.clone()),
+        organization_id: Set(org.to_string()),
+        key: Set("bench-hook".into()),
+        name: Set("Bench receiver".into()),
+        description: Set(None),
+        provider: Set("WEBHOOK".into()),
+        kind: Set("WEBHOOK_ENDPOINT".into()),
+        enabled: Set(true),
+        config: Set(json!({ "url": receiver })),
+        secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
+        sync_status: Set(DestinationSyncStatus::Synced),
+        last_synced_at: Set(None),
+        provider_error_code: Set(None),
+        provider_error_message: Set(None),
+        is_default: Set(true),
+        managed_by: Set("UI".into()),
+        schema_version: Set("1".into()),
+        config_hash: Set(None),
+        archived_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .exec_without_returning(db)
+    .await?;
+    for a in 0..args.automations {
+        let id = new_id();
+        automation::Entity::insert(automation::ActiveModel {
+            id: Set(id.clone()),
+            organization_id: Set(org.to_string()),
+            key: Set(format!("auto-{a}")),
+            managed_by: Set("UI".into()),
+            name: Set(format!("Automation {a}")),
+            description: Set(None),
+            enabled: Set(false),
+            trigger_type: Set("SIGNAL_OCCURRENCE".into()),
+            trigger_json: Set(json!({ "dedupe": "hour" })),
+            audience_filter_json: Set(json!({})),
+            agent_id: Set(None),
+            match_mode: Set("ANY".into()),
+            schema_version: Set("1".into()),
+            config_hash: Set(None),
+            archived_at: Set(None),
+            last_run_at: Set(None),
+            last_run_status: Set(None),
+            next_run_at: Set(None),
+            enabled_at: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+        })
+        .exec_without_returning(db)
+        .await?;
+        // Signals are dealt to automations in turn, so every signal starts some automation.
+        let dealt: Vec<String> = signal_ids
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| k % args.automations.max(1) == a)
+            .map(|(_, sid)| sid.clone())
+            .collect();
+        link(db, &id, &dealt, std::slice::from_ref(&dest_id))
+            .await
+            .map_err(|e| anyhow::anyhow!("linking: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Request `n`'s body: one user (new for every request, so runs are not deduplicated away; four
+/// users to an account) of organization `n % orgs`, `matching` custom events that match a
+/// signal, and page views.
+fn body_fn(orgs: usize, signals: usize, matching: u64, phase: u64) -> BodyFn {
+    Arc::new(move |n: u64| {
+        use std::fmt::Write;
+        let org = n as usize % orgs.max(1);
+        let now = Utc::now().timestamp_millis();
+        // A new user per request (so dedupe leaves the runs), in accounts of a few users each.
+        let user = n / orgs.max(1) as u64;
+        let email = format!("p{phase}u{user}@org{org}.example");
+        let mut out = String::with_capacity(16_000);
+        let _ = write!(
+            out,
+            r#"{{"source":"server","sentAt":{now},"userIdentity":{{"email":"{email}"}},"customerIdentity":{{"customerId":"acct_{org}_{phase}_{}"}},"events":["#,
+            user / 4
+        );
+        for i in 0..100u64 {
+            if i > 0 {
+                out.push(',');
+            }
+            let message_id = uuid::Uuid::new_v4();
+            if i >= 1 && i <= matching {
+                let k = (n as usize * 7 + i as usize) % signals.max(1);
+                let _ = write!(
+                    out,
+                    r#"{{"type":"custom","eventName":"sig_{k}","properties":{{"plan":"pro","step":{i}}},"url":"https://app.example.com/x","path":"/x","messageId":"{message_id}"}}"#
+                );
+            } else {
+                let _ = write!(
+                    out,
+                    r#"{{"type":"pageview","title":"Page","url":"https://app.example.com/page/{p}","path":"/page/{p}","messageId":"{message_id}"}}"#,
+                    p = i % 7
+                );
+            }
+        }
+        out.push_str("]}");
+        out.into_bytes()
+    })
+}
+
+async fn set_enabled(db: &DatabaseConnection, enabled: bool) -> anyhow::Result<()> {
+    automation::Entity::update_many()
+        .col_expr(automation::Column::Enabled, Expr::value(enabled))
+        .col_expr(
+            automation::Column::EnabledAt,
+            Expr::value(enabled.then(Utc::now)),
+        )
+        .col_expr(automation::Column::UpdatedAt, Expr::value(Utc::now()))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Waits (at most `limit`) until no run is waiting for the processor or its deliveries.
+async fn runs_settled(db: &DatabaseConnection, limit: Duration) -> anyhow::Result<bool> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        let open = automation_run::Entity::find()
+            .filter(automation_run::Column::Status.is_in([
+                AutomationRunStatus::Pending,
+                AutomationRunStatus::RunningProcessor,
+                AutomationRunStatus::ReadyForDelivery,
+                AutomationRunStatus::PendingDelivery,
+            ]))
+            .count(db)
+            .await?;
+        if open == 0 {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(false)
+}
+
+/// Per run of the steady phase (the runs after the first `skip`): milliseconds from the
+/// matching event's acknowledgement to the run's creation, from creation to the processor's
+/// claim, and from the claim to its final status; each sorted.
+async fn stages(
+    db: &DatabaseConnection,
+    skip: u64,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    use sea_orm::QueryOrder;
+    let rows = automation_run::Entity::find()
+        .order_by_asc(automation_run::Column::TriggeredAt)
+        .all(db)
+        .await?;
+    let ms = |d: chrono::Duration| d.num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for r in rows.into_iter().skip(skip as usize) {
+        let acked = r.events[0]["receivedAt"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
+        if let (Some(acked), Some(started), Some(finished)) = (acked, r.started_at, r.finished_at) {
+            a.push(ms(r.triggered_at - acked));
+            b.push(ms(started - r.triggered_at));
+            c.push(ms(finished - started));
+        }
+    }
+    for v in [&mut a, &mut b, &mut c] {
+        v.sort_by(|x, y| x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Equal));
+    }
+    Ok((a, b, c))
+}
+
+fn p(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[(((sorted.len() - 1) as f64) * q).round() as usize]
+}
+
+pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = bench_ingest::temp_db(dir.path(), "bench.db").await?;
+    let options = BenchOptions {
+        seconds: args.seconds,
+        concurrency: args.concurrency,
+        database_url: None,
+        instances: 1,
+    };
+    // The instance's secrets box (bench_ingest starts instances with this key).
+    let secrets = SecretBox::from_key(&[0u8; 32]);
+    let seen = Seen::default();
+    let receiver = start_receiver(seen.clone()).await?;
+    let mut urls = Vec::new();
+    let addr = bench_ingest::start_instance(&options, db.clone(), None).await?;
+    for i in 0..args.orgs {
+        let org = bench_ingest::create_org(&db, &format!("Bench {i}"), 1_000_000).await?;
+        seed(&db, &secrets, &org.organization_id, &receiver, &args).await?;
+        urls.push(format!("http://{addr}/api/i/v1/{}/events", org.public_key));
+    }
+    println!(
+        "custintel bench automations: SQLite (WAL), {} organizations x {} active signals, {} automations (webhook to a receiver on 127.0.0.1, dedupe hour), {} of 100 events matching",
+        args.orgs, args.signals, args.automations, args.matching
+    );
+    let seq = Arc::new(AtomicU64::new(0));
+
+    // 1. Peak without automations (signals stored, nothing enabled).
+    let without = bench_ingest::drive(
+        &urls,
+        args.peak_seconds,
+        args.concurrency,
+        None,
+        seq.clone(),
+        body_fn(args.orgs, args.signals, args.matching, 1),
+    )
+    .await;
+    bench_ingest::print_load("peak, automations disabled", &without);
+    bench_ingest::drain(&db).await?;
+
+    // 2. Peak with them enabled, first with the processor paused (evaluation and runs made in
+    // the applier only), then whole (runs processed and delivered beside the load).
+    set_enabled(&db, true).await?;
+    crate::engine::processor::set_paused(true);
+    let evaluating = bench_ingest::drive(
+        &urls,
+        args.peak_seconds,
+        args.concurrency,
+        None,
+        seq.clone(),
+        body_fn(args.orgs, args.signals, args.matching, 4),
+    )
+    .await;
+    crate::engine::processor::set_paused(false);
+    bench_ingest::print_load("peak, automations enabled, processor paused", &evaluating);
+    println!(
+        "  evaluation alone / without: {:.2}",
+        evaluating.events_per_sec / without.events_per_sec.max(1e-9)
+    );
+    bench_ingest::drain(&db).await?;
+    runs_settled(&db, Duration::from_secs(300)).await?;
+    let with = bench_ingest::drive(
+        &urls,
+        args.peak_seconds,
+        args.concurrency,
+        None,
+        seq.clone(),
+        body_fn(args.orgs, args.signals, args.matching, 2),
+    )
+    .await;
+    bench_ingest::print_load("peak, automations enabled", &with);
+    println!(
+        "  peak with automations / without: {:.2} (target at least 0.90)",
+        with.events_per_sec / without.events_per_sec.max(1e-9)
+    );
+    bench_ingest::drain(&db).await?;
+    let settled = runs_settled(&db, Duration::from_secs(120)).await?;
+    println!(
+        "  runs after the peak: {} made, settled: {settled}",
+        automation_run::Entity::find().count(&db).await?
+    );
+
+    // 3. Steady offered load: acknowledgement to delivery.
+    if let Ok(mut l) = seen.latencies_ms.lock() {
+        l.clear();
+    }
+    let runs_before = automation_run::Entity::find().count(&db).await?;
+    let delivered_before = seen.deliveries.load(Ordering::Relaxed);
+    let steady = bench_ingest::drive(
+        &urls,
+        args.seconds,
+        args.concurrency,
+        Some(args.rate as f64 / 100.0),
+        seq.clone(),
+        body_fn(args.orgs, args.signals, args.matching, 3),
+    )
+    .await;
+    bench_ingest::print_load(
+        &format!("steady at {} events/s offered", args.rate),
+        &steady,
+    );
+    bench_ingest::drain(&db).await?;
+    let settled = runs_settled(&db, Duration::from_secs(120)).await?;
+    let runs = automation_run::Entity::find().count(&db).await? - runs_before;
+    let delivered = seen.deliveries.load(Ordering::Relaxed) - delivered_before;
+    let mut lat = seen
+        .latencies_ms
+        .lock()
+        .map(|l| l.clone())
+        .unwrap_or_default();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    println!(
+        "  runs made {runs} ({:.0}/s), deliveries received {delivered}, all settled: {settled}",
+        runs as f64 / args.seconds.max(1) as f64
+    );
+    println!(
+        "  acknowledgement -> destination: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (target p99 under 2000 ms)",
+        p(&lat, 0.50),
+        p(&lat, 0.99),
+        lat.last().copied().unwrap_or(0.0)
+    );
+    let (evaluated, queued, processed) = stages(&db, runs_before).await?;
+    println!(
+        "  where the time goes (p50 / p99 ms): acknowledgement -> run made {:.0} / {:.0}, run made -> claimed {:.0} / {:.0}, claimed -> finished {:.0} / {:.0}",
+        p(&evaluated, 0.5), p(&evaluated, 0.99), p(&queued, 0.5), p(&queued, 0.99), p(&processed, 0.5), p(&processed, 0.99)
+    );
+    let failed = automation_run::Entity::find()
+        .filter(automation_run::Column::Status.is_in([
+            AutomationRunStatus::Failed,
+            AutomationRunStatus::PartialFailure,
+        ]))
+        .count(&db)
+        .await?;
+    println!("  failed runs over the whole benchmark: {failed}");
+    Ok(())
+}

@@ -1,0 +1,756 @@
+//! `custintel bench ingest`: the Ingest API's throughput, latency, effects lag and memory,
+//! measured in-process over loopback on a temporary SQLite database (or a fresh schema of a
+//! PostgreSQL database, with one or more serving instances), next to the physical floor: the
+//! same rows appended to a table without any index, same durability, no HTTP.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use serde_json::{json, Value};
+
+use crate::{
+    crypto::SecretBox,
+    db,
+    ingest::{dedup, journal, stats, validate},
+    ops::admin::{self, NewOrganization, Plan},
+    state::AppState,
+};
+
+/// Options of a run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Length of the peak-load phase (the half-load phase runs as long).
+    pub seconds: u64,
+    /// Requests in flight during the peak-load phase.
+    pub concurrency: usize,
+    /// `postgres://...` to measure on PostgreSQL (a fresh schema); SQLite in a temporary
+    /// directory otherwise.
+    pub database_url: Option<String>,
+    /// Serving instances on the one database (PostgreSQL only).
+    pub instances: usize,
+}
+
+/// Visitors the generated traffic comes from.
+const VISITORS: usize = 1_000;
+/// Rows per transaction when measuring the floor (about what one acknowledging group holds at
+/// peak).
+const FLOOR_ROWS_PER_COMMIT: usize = 2_000;
+
+/// A batch of 100 mixed events from one visitor (`seq` picks the visitor), each with a new random message id.
+pub fn batch_body(seq: u64) -> Value {
+    let visitor = seq as usize % VISITORS;
+    let visitor_id = format!("00000000-0000-4000-8000-{visitor:012}");
+    let session_id = format!("00000000-0000-4000-9000-{visitor:012}");
+    let now = Utc::now().timestamp_millis();
+    let mut events = Vec::with_capacity(100);
+    for i in 0..100u64 {
+        // Analytics SDKs send random (version 4) message ids; sequential ones would flatter
+        // the dedup index, whose inserts then land on the same few pages.
+        let message_id = uuid::Uuid::new_v4().to_string();
+        let url = format!("https://app.example.com/page/{}", i % 7);
+        let path = format!("/page/{}", i % 7);
+        let ts = now - 1_000 + i as i64;
+        let event = match i {
+            0 => json!({"type": "identify", "email": format!("user{visitor}@example.com"),
+                        "userId": format!("u_{visitor}"), "traits": {"name": format!("User {visitor}")},
+                        "customerId": format!("acct_{}", visitor % 100)}),
+            1..=20 => json!({"type": "custom", "eventName": "feature_used",
+                             "properties": {"feature": "reports", "count": i, "beta": false}}),
+            21..=30 => json!({"type": "engagement", "activeTimeMs": 1_000, "totalTimeMs": 2_000,
+                              "sessionId": session_id}),
+            31..=38 => json!({"type": "form", "formId": "contact",
+                              "formFields": {"company": "Acme", "message": "hello", "password": "x"}}),
+            39 => json!({"type": "calendar", "provider": "calendly", "eventType": "demo",
+                         "duration": 30}),
+            40 if seq % 20 == 0 => json!({"type": "stage", "stage": "activated"}),
+            41 if seq % 50 == 0 => json!({"type": "billing", "status": "paid",
+                                          "customerId": format!("acct_{}", visitor % 100)}),
+            _ => json!({"type": "pageview", "title": "Page", "referrer": "https://google.com",
+                        "utm": {"source": "newsletter", "campaign": "launch"}}),
+        };
+        let mut event = event;
+        if let Some(obj) = event.as_object_mut() {
+            obj.insert("url".into(), json!(url));
+            obj.insert("path".into(), json!(path));
+            obj.insert("timestamp".into(), json!(ts));
+            obj.insert("messageId".into(), json!(message_id));
+        }
+        events.push(event);
+    }
+    json!({"visitorId": visitor_id, "sentAt": now, "events": events})
+}
+
+/// [`batch_body`] as the bytes a client sends, written straight as text: the load generator
+/// shares the two cores with the service, so it should cost as little as an SDK's serializer.
+pub fn batch_bytes(seq: u64) -> Vec<u8> {
+    use std::fmt::Write;
+    let visitor = seq as usize % VISITORS;
+    let now = Utc::now().timestamp_millis();
+    let mut out = String::with_capacity(24_000);
+    let _ = write!(
+        out,
+        r#"{{"visitorId":"00000000-0000-4000-8000-{visitor:012}","sentAt":{now},"events":["#
+    );
+    for i in 0..100u64 {
+        if i > 0 {
+            out.push(',');
+        }
+        let message_id = uuid::Uuid::new_v4();
+        let page = i % 7;
+        let ts = now - 1_000 + i as i64;
+        out.push('{');
+        match i {
+            0 => {
+                let _ = write!(
+                    out,
+                    r#""type":"identify","email":"user{visitor}@example.com","userId":"u_{visitor}","traits":{{"name":"User {visitor}"}},"customerId":"acct_{}""#,
+                    visitor % 100
+                );
+            }
+            1..=20 => {
+                let _ = write!(
+                    out,
+                    r#""type":"custom","eventName":"feature_used","properties":{{"feature":"reports","count":{i},"beta":false}}"#
+                );
+            }
+            21..=30 => {
+                let _ = write!(
+                    out,
+                    r#""type":"engagement","activeTimeMs":1000,"totalTimeMs":2000,"sessionId":"00000000-0000-4000-9000-{visitor:012}""#
+                );
+            }
+            31..=38 => out.push_str(
+                r#""type":"form","formId":"contact","formFields":{"company":"Acme","message":"hello","password":"x"}"#,
+            ),
+            39 => out.push_str(
+                r#""type":"calendar","provider":"calendly","eventType":"demo","duration":30"#,
+            ),
+            40 if seq % 20 == 0 => out.push_str(r#""type":"stage","stage":"activated""#),
+            41 if seq % 50 == 0 => {
+                let _ = write!(
+                    out,
+                    r#""type":"billing","status":"paid","customerId":"acct_{}""#,
+                    visitor % 100
+                );
+            }
+            _ => out.push_str(
+                r#""type":"pageview","title":"Page","referrer":"https://google.com","utm":{"source":"newsletter","campaign":"launch"}"#,
+            ),
+        }
+        let _ = write!(
+            out,
+            r#","url":"https://app.example.com/page/{page}","path":"/page/{page}","timestamp":{ts},"messageId":"{message_id}"}}"#
+        );
+    }
+    out.push_str("]}");
+    out.into_bytes()
+}
+
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+pub(crate) fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0
+}
+
+pub(crate) struct LoadResult {
+    pub(crate) events_per_sec: f64,
+    pub(crate) requests: u64,
+    pub(crate) failures: u64,
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
+    pub(crate) max: Duration,
+}
+
+/// Temporary SQLite database, migrated, with the service's connection settings.
+pub(crate) async fn temp_db(
+    dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<sea_orm::DatabaseConnection> {
+    let url = format!("sqlite://{}/{name}?mode=rwc", dir.display());
+    let conn = db::connect(&url, None).await?;
+    db::migrate(&conn).await?;
+    Ok(conn)
+}
+
+pub(crate) async fn create_org(
+    conn: &sea_orm::DatabaseConnection,
+    name: &str,
+    rate_limit: i32,
+) -> anyhow::Result<admin::CreatedOrganization> {
+    Ok(admin::create_org(
+        conn,
+        NewOrganization {
+            name: name.into(),
+            plan: Plan::Enterprise,
+            api_call_limit: None,
+            connection_limit: None,
+            ingest_rate_limit: Some(rate_limit),
+            tracking_domains: vec![],
+        },
+    )
+    .await?)
+}
+
+/// The physical floor: the rows the generated batches make, appended through one prepared
+/// statement to a table without any index (not even a primary key), in transactions of
+/// [`FLOOR_ROWS_PER_COMMIT`] rows, same durability as the service. Only the inserts are timed.
+fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
+    let conn = rusqlite::Connection::open(dir.join("floor.db"))?;
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-16384; \
+         PRAGMA temp_store=memory; PRAGMA mmap_size={};
+         CREATE TABLE floor_events (id TEXT, organization_id TEXT, message_id TEXT, \
+         event_type TEXT, event_name TEXT, visitor_id TEXT, user_id TEXT, customer_id TEXT, \
+         url TEXT, path TEXT, occurred_at TEXT, received_at TEXT, data TEXT);",
+        db::SQLITE_MMAP_BYTES
+    ))?;
+    let org = uuid::Uuid::new_v4().to_string();
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut inserting = Duration::ZERO;
+    let mut rows = 0usize;
+    let mut seq = 50_000_000u64;
+    while Instant::now() < deadline {
+        let mut pending = Vec::with_capacity(FLOOR_ROWS_PER_COMMIT);
+        while pending.len() < FLOOR_ROWS_PER_COMMIT {
+            seq += 1;
+            let body = batch_bytes(seq);
+            let (batch, _) = validate::validate_batch(&org, &body, Utc::now())
+                .map_err(|e| anyhow::anyhow!(e.0))?;
+            for e in batch.events {
+                pending.push((
+                    e.id,
+                    e.message_id,
+                    e.event_type,
+                    e.event_name,
+                    batch.visitor_id.clone(),
+                    e.url,
+                    e.path,
+                    e.occurred_at.to_rfc3339(),
+                    batch.received_at.to_rfc3339(),
+                    e.data.to_string(),
+                ));
+            }
+        }
+        let t = Instant::now();
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut stmt = tx.prepare(
+                "INSERT INTO floor_events VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, ?7, ?8, ?9, ?10, ?11)",
+            )?;
+            for r in &pending {
+                stmt.execute(rusqlite::params![
+                    r.0, org, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9
+                ])?;
+            }
+        }
+        tx.commit()?;
+        inserting += t.elapsed();
+        rows += pending.len();
+    }
+    Ok(rows as f64 / inserting.as_secs_f64().max(1e-9))
+}
+
+/// Drives the endpoints (requests spread over `urls` in turn): closed loop with `concurrency`
+/// clients, or open loop at `rate` requests per second when given.
+/// The request body of request number `n` (sent to `urls[n % urls.len()]`).
+pub(crate) type BodyFn = Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>;
+
+/// Sends batches for `seconds`: closed loop with `concurrency` requests in flight, or open loop
+/// at `rate` requests per second.
+pub(crate) async fn drive(
+    urls: &[String],
+    seconds: u64,
+    concurrency: usize,
+    rate: Option<f64>,
+    seq: Arc<AtomicU64>,
+    body: BodyFn,
+) -> LoadResult {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency * 2)
+        .build()
+        .unwrap_or_default();
+    let urls: Arc<Vec<String>> = Arc::new(urls.to_vec());
+    let latencies = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let one = {
+        let (client, urls, seq, make) = (client.clone(), urls.clone(), seq.clone(), body.clone());
+        let (latencies, accepted, failures, requests) = (
+            latencies.clone(),
+            accepted.clone(),
+            failures.clone(),
+            requests.clone(),
+        );
+        move || {
+            let (client, urls, seq, make) =
+                (client.clone(), urls.clone(), seq.clone(), make.clone());
+            let (latencies, accepted, failures, requests) = (
+                latencies.clone(),
+                accepted.clone(),
+                failures.clone(),
+                requests.clone(),
+            );
+            async move {
+                let n = seq.fetch_add(1, Ordering::Relaxed);
+                let url = &urls[n as usize % urls.len()];
+                let body = make(n);
+                let t = Instant::now();
+                let result = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                let ok = match result {
+                    Ok(resp) if resp.status().is_success() => resp
+                        .json::<Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["processed"].as_u64()),
+                    _ => None,
+                };
+                let elapsed = t.elapsed();
+                requests.fetch_add(1, Ordering::Relaxed);
+                match ok {
+                    Some(p) => {
+                        accepted.fetch_add(p, Ordering::Relaxed);
+                        if let Ok(mut l) = latencies.lock() {
+                            l.push(elapsed);
+                        }
+                    }
+                    None => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    };
+    let mut tasks = Vec::new();
+    match rate {
+        None => {
+            for _ in 0..concurrency {
+                let one = one.clone();
+                tasks.push(tokio::spawn(async move {
+                    while Instant::now() < deadline {
+                        one().await;
+                    }
+                }));
+            }
+        }
+        Some(per_sec) => {
+            let interval = Duration::from_secs_f64(1.0 / per_sec.max(1.0));
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            while Instant::now() < deadline {
+                ticker.tick().await;
+                tasks.push(tokio::spawn(one()));
+            }
+        }
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut lat = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    lat.sort();
+    LoadResult {
+        events_per_sec: accepted.load(Ordering::Relaxed) as f64 / elapsed,
+        requests: requests.load(Ordering::Relaxed),
+        failures: failures.load(Ordering::Relaxed),
+        p50: percentile(&lat, 0.50),
+        p99: percentile(&lat, 0.99),
+        max: lat.last().copied().unwrap_or_default(),
+    }
+}
+
+pub(crate) fn print_load(label: &str, r: &LoadResult) {
+    println!(
+        "{label}: {:.0} events/s acknowledged, {} requests, {} failed, latency p50 {} ms, p99 {} ms, max {} ms",
+        r.events_per_sec,
+        r.requests,
+        r.failures,
+        ms(r.p50),
+        ms(r.p99),
+        ms(r.max)
+    );
+}
+
+/// Waits until the journal is empty and the applier has counted what it applied; answers how
+/// long that took.
+pub(crate) async fn drain(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    loop {
+        let counters = stats::stats();
+        let counted =
+            counters.applied.load(Ordering::Relaxed) >= counters.journaled.load(Ordering::Relaxed);
+        if counted && journal::backlog(conn, None).await?.batches == 0 {
+            return Ok(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Applies what the last phase left journaled and prints how fast that went.
+async fn apply_backlog(conn: &sea_orm::DatabaseConnection) -> anyhow::Result<()> {
+    let before = applied_total();
+    let took = drain(conn).await?;
+    let drained = applied_total() - before;
+    if drained > 0 {
+        println!(
+            "  backlog of {drained} events applied in {:.1} s: {:.0} events/s with no ingest beside it",
+            took.as_secs_f64(),
+            drained as f64 / took.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+fn applied_total() -> u64 {
+    stats::stats().applied.load(Ordering::Relaxed)
+}
+
+/// The database the run uses: a temporary SQLite file, or a fresh schema of PostgreSQL.
+async fn open(
+    options: &BenchOptions,
+    dir: &std::path::Path,
+) -> anyhow::Result<(sea_orm::DatabaseConnection, String, Option<String>)> {
+    match &options.database_url {
+        Some(url) if url.starts_with("postgres") => {
+            let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+            let admin_conn = db::connect(url, None).await?;
+            sea_orm::ConnectionTrait::execute_unprepared(
+                &admin_conn,
+                &format!("CREATE SCHEMA {schema}"),
+            )
+            .await?;
+            let conn = db::connect(url, Some(&schema)).await?;
+            db::migrate(&conn).await?;
+            Ok((
+                conn,
+                format!("PostgreSQL ({url}, schema {schema})"),
+                Some(schema),
+            ))
+        }
+        Some(other) => anyhow::bail!("--database-url must be postgres://... (got {other})"),
+        None => Ok((
+            temp_db(dir, "bench.db").await?,
+            "SQLite (WAL, synchronous=NORMAL)".into(),
+            None,
+        )),
+    }
+}
+
+/// Starts a serving instance on its own connection pool; answers its address.
+pub(crate) async fn start_instance(
+    options: &BenchOptions,
+    conn: sea_orm::DatabaseConnection,
+    schema: Option<&str>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let conn = match (&options.database_url, schema) {
+        (Some(url), Some(schema)) => db::connect(url, Some(schema)).await?,
+        _ => conn,
+    };
+    let state = AppState {
+        db: conn.clone(),
+        secrets: SecretBox::from_key(&[0u8; 32]),
+        public_url: "http://127.0.0.1".into(),
+        integrations: Default::default(),
+        search: crate::search::SearchIndex::new(conn)?,
+        agents: Default::default(),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
+            let _ = tx.send(addr);
+        })
+        .await;
+    });
+    Ok(rx.await?)
+}
+
+/// The in-memory `messageId` window's cost: bytes per million messages and time per check
+/// and record.
+fn window_cost() -> (f64, f64) {
+    let mut window = dedup::MemoryWindow::new(Duration::from_secs(86_400));
+    let n = 1_000_000u64;
+    let now = Utc::now();
+    let t = Instant::now();
+    for i in 0..n {
+        let key = dedup::message_key("org", &format!("{i:032x}"));
+        if !window.contains(&key, now) {
+            window.record([key], now);
+        }
+    }
+    let per_event_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    (window.memory_bytes() as f64, per_event_ns)
+}
+
+/// Runs the benchmark and prints its figures.
+pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (conn, label, schema) = open(&options, dir.path()).await?;
+    let instances = if schema.is_some() {
+        options.instances.max(1)
+    } else {
+        1
+    };
+    let org = create_org(&conn, "Bench", 1_000_000).await?;
+    let mut addrs = Vec::new();
+    for _ in 0..instances {
+        addrs.push(start_instance(&options, conn.clone(), schema.as_deref()).await?);
+    }
+    let urls_for = |public_key: &str| -> Vec<String> {
+        addrs
+            .iter()
+            .map(|a| format!("http://{a}/api/i/v1/{public_key}/events"))
+            .collect()
+    };
+    let urls = urls_for(&org.public_key);
+
+    // Memory over time, sampled once a second for the whole run.
+    // Total RSS includes the SQLite file pages mapped by `mmap_size` (page cache, shared with
+    // the OS); anonymous RSS is the process's own memory, the figure that must stay flat.
+    let samples = Arc::new(Mutex::new(Vec::<(u64, u64, u64)>::new()));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (samples, sampling) = (samples.clone(), sampling.clone());
+        tokio::spawn(async move {
+            let t0 = Instant::now();
+            while sampling.load(Ordering::Relaxed) {
+                if let Ok(mut s) = samples.lock() {
+                    s.push((
+                        t0.elapsed().as_secs(),
+                        rss_kib("VmRSS:"),
+                        rss_kib("RssAnon:"),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+
+    println!(
+        "custintel bench ingest: {label}, {instances} instance(s), batches of 100 mixed events with random (v4) messageIds, {} s per phase, concurrency {}",
+        options.seconds, options.concurrency
+    );
+    let (window_bytes, window_ns) = window_cost();
+    println!(
+        "messageId window (in memory, SQLite): {:.1} MiB per million messages, {window_ns:.0} ns per event (check + record)",
+        window_bytes / 1_048_576.0
+    );
+    let floor_secs = options.seconds.clamp(3, 10);
+    let floor_dir = dir.path().to_path_buf();
+    let floor_rate = tokio::task::spawn_blocking(move || floor(&floor_dir, floor_secs)).await??;
+    println!(
+        "physical floor (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same durability, no HTTP): {floor_rate:.0} rows/s"
+    );
+
+    let seq = Arc::new(AtomicU64::new(0));
+    // Warm-up: connections, caches, the writer task.
+    let _ = drive(
+        &urls,
+        1,
+        options.concurrency,
+        None,
+        seq.clone(),
+        Arc::new(batch_bytes),
+    )
+    .await;
+    drain(&conn).await?;
+
+    // 1. Peak: closed loop, as many acknowledged events as the service takes.
+    let applied_before = applied_total();
+    let peak = drive(
+        &urls,
+        options.seconds,
+        options.concurrency,
+        None,
+        seq.clone(),
+        Arc::new(batch_bytes),
+    )
+    .await;
+    let applied_during = applied_total() - applied_before;
+    print_load("peak (closed loop)", &peak);
+    let backlog = journal::backlog(&conn, None).await?;
+    println!(
+        "  acknowledged / floor: {:.2}; effects applied meanwhile: {:.0} events/s; backlog at the end: {} events",
+        peak.events_per_sec / floor_rate.max(1.0),
+        applied_during as f64 / options.seconds as f64,
+        backlog.events
+    );
+    apply_backlog(&conn).await?;
+
+    // 1b. The acknowledging path alone: the same closed loop with the applier paused, so the
+    //     two cores are shared only by the HTTP/JSON path, the journal append and the load
+    //     generator; the backlog is applied afterwards.
+    crate::ingest::applier::set_paused(true);
+    let alone = drive(
+        &urls,
+        options.seconds,
+        options.concurrency,
+        None,
+        seq.clone(),
+        Arc::new(batch_bytes),
+    )
+    .await;
+    crate::ingest::applier::set_paused(false);
+    print_load(
+        "peak with the applier paused (acknowledging path alone)",
+        &alone,
+    );
+    println!(
+        "  acknowledged / floor: {:.2}",
+        alone.events_per_sec / floor_rate.max(1.0)
+    );
+    apply_backlog(&conn).await?;
+
+    // 2. Effects at the spec's rate limit for five organizations: 5 x 100 requests/s of 100
+    //    events offered (50,000 events/s), open loop.
+    let mut five = Vec::new();
+    for i in 0..5 {
+        let o = create_org(&conn, &format!("Bench {i}"), 100).await?;
+        five.extend(urls_for(&o.public_key));
+    }
+    let lag_before = stats::stats().lag();
+    let applied_before = applied_total();
+    let t = Instant::now();
+    let effects = drive(
+        &five,
+        options.seconds,
+        options.concurrency,
+        Some(500.0),
+        seq.clone(),
+        Arc::new(batch_bytes),
+    )
+    .await;
+    let offered_secs = t.elapsed().as_secs_f64();
+    let applied_in_phase = applied_total() - applied_before;
+    print_load(
+        "five organizations at 100 requests/s each (open loop)",
+        &effects,
+    );
+    let took = drain(&conn).await?;
+    let applied_all = applied_total() - applied_before;
+    let lag = stats::stats().lag().since(&lag_before);
+    println!(
+        "  effects applied: {:.0} events/s during the phase, {:.0} events/s including the {:.1} s drain after it; lag p99 <= {} s",
+        applied_in_phase as f64 / offered_secs,
+        applied_all as f64 / (offered_secs + took.as_secs_f64()),
+        took.as_secs_f64(),
+        lag.quantile_bound(0.99)
+    );
+
+    // 3. 10,000 events/s offered (100 requests/s), open loop: latency and effects lag.
+    let lag_before = stats::stats().lag();
+    let steady = drive(
+        &urls,
+        options.seconds,
+        options.concurrency,
+        Some(100.0),
+        seq.clone(),
+        Arc::new(batch_bytes),
+    )
+    .await;
+    drain(&conn).await?;
+    let lag = stats::stats().lag().since(&lag_before);
+    print_load("10,000 events/s offered (open loop)", &steady);
+    println!(
+        "  effects lag (acknowledgement to applied): p50 <= {} s, p99 <= {} s, mean {:.3} s over {} events",
+        lag.quantile_bound(0.50),
+        lag.quantile_bound(0.99),
+        lag.sum_secs / lag.count().max(1) as f64,
+        lag.count()
+    );
+    println!("  lag histogram (events per bucket): {}", lag.describe());
+
+    sampling.store(false, Ordering::Relaxed);
+    let _ = sampler.await;
+    let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let series: Vec<String> = samples
+        .iter()
+        .map(|(t, total, anon)| format!("{t}s:{}/{}MiB", total / 1024, anon / 1024))
+        .collect();
+    println!("RSS over time (total/anonymous): {}", series.join(" "));
+    let half = samples.len() / 2;
+    let second_half: Vec<u64> = samples[half..].iter().map(|(_, _, a)| *a).collect();
+    if let (Some(lo), Some(hi)) = (second_half.iter().min(), second_half.iter().max()) {
+        println!(
+            "anonymous RSS over the second half: {} to {} MiB",
+            lo / 1024,
+            hi / 1024
+        );
+    }
+    println!(
+        "peak RSS (VmHWM, server and load generator in one process): {} MiB",
+        rss_kib("VmHWM:") / 1024
+    );
+    let stored: u64 = {
+        use sea_orm::{EntityTrait, PaginatorTrait};
+        entity::event::Entity::find().count(&conn).await?
+    };
+    let counters = stats::stats();
+    println!(
+        "events stored: {stored}; journaled {}, repeats dropped {}, applied {}",
+        counters.journaled.load(Ordering::Relaxed),
+        counters.repeats.load(Ordering::Relaxed),
+        counters.applied.load(Ordering::Relaxed)
+    );
+    if let (Some(url), Some(schema)) = (&options.database_url, &schema) {
+        let admin_conn = db::connect(url, None).await?;
+        sea_orm::ConnectionTrait::execute_unprepared(
+            &admin_conn,
+            &format!("DROP SCHEMA {schema} CASCADE"),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_bytes_are_the_generated_batch() {
+        for seq in [0u64, 1, 20, 50, 100] {
+            let mut text: Value = serde_json::from_slice(&batch_bytes(seq)).expect("json");
+            let mut value = batch_body(seq);
+            // Times and message ids differ between two generations.
+            for v in [&mut text, &mut value] {
+                v["sentAt"] = Value::Null;
+                for e in v["events"].as_array_mut().expect("events") {
+                    e["timestamp"] = Value::Null;
+                    e["messageId"] = Value::Null;
+                }
+            }
+            assert_eq!(text, value, "batch {seq}");
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Operations: the command line, organization and key administration, the demo seed, import,
+//! `apply` of configuration files, and the benchmarks. They call the domain (and start the HTTP
+//! server); the domain never imports them.
+
+pub mod admin;
+pub mod apply;
+pub mod bench;
+pub mod bench_automations;
+pub mod bench_import;
+pub mod bench_ingest;
+pub mod bench_sqlite_floor;
+pub mod cli;
+pub mod demo;
+pub mod import;
