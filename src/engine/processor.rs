@@ -51,6 +51,9 @@ const IDLE_POLL: Duration = Duration::from_millis(100);
 const SETTLE_EVERY: Duration = Duration::from_secs(1);
 /// How often old signal hits are removed.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// While ingest is saturated the processor claims one batch per this interval (it gives the
+/// cores and the write lock to acknowledgements, and still makes progress; docs/decisions.md).
+const SATURATED_CLAIM_EVERY: Duration = Duration::from_secs(1);
 /// Processor failures after which a run is `FAILED`.
 const MAX_ATTEMPTS: i32 = 3;
 
@@ -95,6 +98,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         let mut last_settle = tokio::time::Instant::now();
         let mut last_sweep = tokio::time::Instant::now();
         let mut failures = 0u32;
+        let mut ingest_load = crate::ingest::stats::WriterLoad::default();
+        let mut last_claim = tokio::time::Instant::now() - SATURATED_CLAIM_EVERY;
         loop {
             let woken = wakeup().notified();
             if last_sweep.elapsed() >= SWEEP_EVERY {
@@ -113,14 +118,18 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
             }
             let free = permits.available_permits();
-            let claimed = if free == 0 || PAUSED.load(std::sync::atomic::Ordering::Relaxed) {
-                Ok(Vec::new())
-            } else {
-                claim(&state.db, free.min(BATCH) as u64).await
-            };
+            let giving_way =
+                ingest_load.saturated() && last_claim.elapsed() < SATURATED_CLAIM_EVERY;
+            let claimed =
+                if free == 0 || giving_way || PAUSED.load(std::sync::atomic::Ordering::Relaxed) {
+                    Ok(Vec::new())
+                } else {
+                    claim(&state.db, free.min(BATCH) as u64).await
+                };
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
                     failures = 0;
+                    last_claim = tokio::time::Instant::now();
                     let Ok(permit) = permits.clone().acquire_many_owned(batch.len() as u32).await
                     else {
                         return;

@@ -22,6 +22,9 @@ pub struct IngestStats {
     lag: [AtomicU64; LAG_BUCKETS.len() + 1],
     /// Sum of lags in milliseconds, weighted by events.
     lag_sum_ms: AtomicU64,
+    /// Microseconds the acknowledging writer spent on groups (waiting for the write lock,
+    /// writing, committing): how busy ingest is, for work that should give way to it.
+    pub writer_busy_us: AtomicU64,
 }
 
 static STATS: IngestStats = IngestStats {
@@ -31,6 +34,7 @@ static STATS: IngestStats = IngestStats {
     applied: AtomicU64::new(0),
     lag: [const { AtomicU64::new(0) }; LAG_BUCKETS.len() + 1],
     lag_sum_ms: AtomicU64::new(0),
+    writer_busy_us: AtomicU64::new(0),
 };
 
 /// The counters of this process.
@@ -114,5 +118,70 @@ impl IngestStats {
             buckets: self.lag.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
             sum_secs: self.lag_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0,
         }
+    }
+}
+
+/// Whether ingest is saturated: the acknowledging writer was busy for nearly all of the last
+/// sampling interval (back-to-back groups: requests wait for it). Background work that competes
+/// for the same cores and write lock (the automation processor) slows down while it says so.
+pub struct WriterLoad {
+    sampled_at: std::time::Instant,
+    busy_us: u64,
+    saturated: bool,
+}
+
+impl Default for WriterLoad {
+    fn default() -> Self {
+        Self {
+            sampled_at: std::time::Instant::now(),
+            busy_us: STATS.writer_busy_us.load(Ordering::Relaxed),
+            saturated: false,
+        }
+    }
+}
+
+impl WriterLoad {
+    /// Shortest interval a busy fraction is computed over.
+    const INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+    /// Busy fraction at and above which ingest counts as saturated.
+    const SATURATED: f64 = 0.9;
+
+    /// The answer of the latest interval of at least 250 ms.
+    pub fn saturated(&mut self) -> bool {
+        let elapsed = self.sampled_at.elapsed();
+        if elapsed >= Self::INTERVAL {
+            let busy = STATS.writer_busy_us.load(Ordering::Relaxed);
+            let fraction =
+                busy.saturating_sub(self.busy_us) as f64 / elapsed.as_micros().max(1) as f64;
+            self.saturated = fraction >= Self::SATURATED;
+            self.busy_us = busy;
+            self.sampled_at = std::time::Instant::now();
+        }
+        self.saturated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_load_says_saturated_only_when_the_writer_was_busy_nearly_all_the_interval() {
+        let mut load = WriterLoad::default();
+        assert!(!load.saturated(), "no interval has passed yet");
+        std::thread::sleep(WriterLoad::INTERVAL);
+        // Half the interval busy: not saturated.
+        let half = WriterLoad::INTERVAL.as_micros() as u64 / 2;
+        STATS.writer_busy_us.fetch_add(half, Ordering::Relaxed);
+        assert!(!load.saturated());
+        // A whole interval busy (a group that waited for the write lock throughout): saturated,
+        // and the answer holds until the next interval is sampled.
+        std::thread::sleep(WriterLoad::INTERVAL);
+        let whole = WriterLoad::INTERVAL.as_micros() as u64 * 2;
+        STATS.writer_busy_us.fetch_add(whole, Ordering::Relaxed);
+        assert!(load.saturated());
+        assert!(load.saturated());
+        std::thread::sleep(WriterLoad::INTERVAL);
+        assert!(!load.saturated(), "an idle interval ends it");
     }
 }

@@ -94,6 +94,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
                 job,
             })
             .collect();
+        let started = std::time::Instant::now();
         match write_group(&db, &mut repeats, &mut group).await {
             Ok(()) => answer(group, Ok(())),
             Err(err) if group.len() > 1 => {
@@ -108,6 +109,9 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             }
             Err(err) => answer(group, Err(err)),
         }
+        super::stats::stats()
+            .writer_busy_us
+            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
         if let Repeats::Memory(memory) = &mut repeats {
             memory.sweep(Utc::now());
         }

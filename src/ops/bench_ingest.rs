@@ -183,6 +183,8 @@ pub(crate) struct LoadResult {
     pub(crate) p50: Duration,
     pub(crate) p99: Duration,
     pub(crate) max: Duration,
+    /// Share of the phase the acknowledging writer was busy (near 1: ingest saturated).
+    pub(crate) writer_busy: f64,
 }
 
 /// Temporary SQLite database, migrated, with the service's connection settings.
@@ -352,6 +354,7 @@ pub(crate) async fn drive(
             }
         }
     };
+    let busy_before = stats::stats().writer_busy_us.load(Ordering::Relaxed);
     let mut tasks = Vec::new();
     match rate {
         None => {
@@ -387,18 +390,22 @@ pub(crate) async fn drive(
         p50: percentile(&lat, 0.50),
         p99: percentile(&lat, 0.99),
         max: lat.last().copied().unwrap_or_default(),
+        writer_busy: (stats::stats().writer_busy_us.load(Ordering::Relaxed) - busy_before) as f64
+            / 1e6
+            / elapsed.max(1e-9),
     }
 }
 
 pub(crate) fn print_load(label: &str, r: &LoadResult) {
     println!(
-        "{label}: {:.0} events/s acknowledged, {} requests, {} failed, latency p50 {} ms, p99 {} ms, max {} ms",
+        "{label}: {:.0} events/s acknowledged, {} requests, {} failed, latency p50 {} ms, p99 {} ms, max {} ms, writer busy {:.0}%",
         r.events_per_sec,
         r.requests,
         r.failures,
         ms(r.p50),
         ms(r.p99),
-        ms(r.max)
+        ms(r.max),
+        r.writer_busy * 100.0
     );
 }
 
