@@ -8,7 +8,7 @@ pub struct Model {
     pub id: String,
     pub organization_id: String,
     pub automation_id: String,
-    /// Unique per automation: `{grain}:{subjectId}:{bucket}` or `schedule:{tick}`.
+    /// Unique per automation: `{bucket}:{grain}:{subjectId}` or `schedule:{tick}`.
     pub dedupe_key: String,
     pub status: AutomationRunStatus,
     pub triggered_at: DateTimeUtc,

@@ -102,6 +102,10 @@ pub struct OrgRules {
     pub automations: Vec<LoadedAutomation>,
     /// Every event name some step of some signal wants.
     names: HashSet<String>,
+    /// Signals whose occurrences something reads back (an `ALL`/`AT_LEAST` automation or a
+    /// schedule's digest); occurrences of the others are not stored, since an `ANY` automation
+    /// starts its run from the event alone.
+    occurrences_read: HashSet<String>,
 }
 
 /// The rules of the organizations of one applied group.
@@ -192,15 +196,24 @@ impl Rules {
                     rules.signals.push(s.clone());
                 }
             }
-            if model.trigger_type != "SIGNAL_OCCURRENCE" {
-                continue;
-            }
             let parsed = config::parse_trigger(
                 &model.trigger_type,
                 &model.match_mode,
                 &model.trigger_json,
                 linked.len(),
             );
+            let reads_occurrences = !matches!(
+                &parsed,
+                Ok(config::Trigger::Signal(t)) if t.combine == Combine::Any
+            );
+            if reads_occurrences {
+                rules
+                    .occurrences_read
+                    .extend(linked.iter().map(|s| s.model.id.clone()));
+            }
+            if model.trigger_type != "SIGNAL_OCCURRENCE" {
+                continue;
+            }
             if let Ok(config::Trigger::Signal(trigger)) = parsed {
                 rules.automations.push(LoadedAutomation {
                     signal_ids: linked.iter().map(|s| s.model.id.clone()).collect(),
@@ -418,7 +431,9 @@ pub async fn evaluate<C: ConnectionTrait>(
             if !occurs(conn, signal, &subject, event, &view, &mut pending).await? {
                 continue;
             }
-            pending.hit(signal, &subject, event, signal_hit::OCCURRENCE);
+            if org_rules.occurrences_read.contains(&signal.model.id) {
+                pending.hit(signal, &subject, event, signal_hit::OCCURRENCE);
+            }
             for automation in &org_rules.automations {
                 if !automation.signal_ids.contains(&signal.model.id) {
                     continue;

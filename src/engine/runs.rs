@@ -9,9 +9,9 @@ use entity::{
     notification_delivery::{self, DeliveryStatus},
 };
 use sea_orm::{
-    sea_query::{Expr, ExprTrait, OnConflict, Query},
+    sea_query::{Expr, ExprTrait, Query},
     ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set,
+    QuerySelect, Set, TryInsertResult,
 };
 use serde_json::{json, Value};
 
@@ -31,7 +31,9 @@ pub fn new_run(
     triggered_at: DateTime<Utc>,
 ) -> automation_run::ActiveModel {
     automation_run::ActiveModel {
-        id: Set(uuid::Uuid::new_v4().to_string()),
+        // Time-ordered, so a run's row and index entries append instead of landing at random
+        // places in the tables' B-trees (runs are made at ingest's pace).
+        id: Set(crate::ingest::store::time_ordered_id()),
         organization_id: Set(automation.organization_id.clone()),
         automation_id: Set(automation.id.clone()),
         dedupe_key: Set(dedupe_key),
@@ -66,7 +68,9 @@ pub fn subject_run(
         .dedupe
         .bucket(event.received_at)
         .unwrap_or_else(|| format!("event:{}", event.id));
-    let key = format!("{}:{}:{bucket}", subject.grain.as_str(), subject.id);
+    // The bucket first: within an automation the current bucket's keys are neighbours in the
+    // unique index, so inserting them touches the same few pages.
+    let key = format!("{bucket}:{}:{}", subject.grain.as_str(), subject.id);
     new_run(
         automation,
         key,
@@ -80,65 +84,65 @@ pub fn subject_run(
 /// Inserts the runs whose (automation, dedupe key) is new, in multi-row statements, and moves
 /// their automations' last-run fields; returns how many were inserted. Callers hold what makes
 /// their keys theirs (the applier is the one evaluator at a time; a schedule tick is claimed
-/// first), and a repeat that races through anyway is ignored by the unique index.
+/// first); the unique index decides what is new, and `RETURNING` names what was inserted.
+/// (Asking first with `automation_id IN (..) AND dedupe_key IN (..)` made SQLite probe the
+/// index for every pair of the two lists: most of evaluation's cost at ingest's peak.)
 pub async fn insert_new<C: ConnectionTrait>(
     conn: &C,
     candidates: Vec<automation_run::ActiveModel>,
 ) -> Result<usize, DbErr> {
-    let key_of = |r: &automation_run::ActiveModel| {
-        (
-            r.automation_id.clone().unwrap(),
-            r.dedupe_key.clone().unwrap(),
-        )
-    };
     let mut seen = std::collections::HashSet::new();
-    let mut fresh: Vec<automation_run::ActiveModel> = candidates
+    let fresh: Vec<automation_run::ActiveModel> = candidates
         .into_iter()
-        .filter(|r| seen.insert(key_of(r)))
+        .filter(|r| {
+            seen.insert((
+                r.automation_id.clone().unwrap(),
+                r.dedupe_key.clone().unwrap(),
+            ))
+        })
         .collect();
-    let mut existing = std::collections::HashSet::new();
-    for chunk in fresh.chunks(400) {
-        let automations: Vec<String> = chunk.iter().map(|r| key_of(r).0).collect();
-        let keys: Vec<String> = chunk.iter().map(|r| key_of(r).1).collect();
-        let found: Vec<(String, String)> = automation_run::Entity::find()
-            .select_only()
-            .column(automation_run::Column::AutomationId)
-            .column(automation_run::Column::DedupeKey)
-            .filter(automation_run::Column::AutomationId.is_in(automations))
-            .filter(automation_run::Column::DedupeKey.is_in(keys))
-            .into_tuple()
-            .all(conn)
-            .await?;
-        existing.extend(found);
-    }
-    fresh.retain(|r| !existing.contains(&key_of(r)));
-    let inserted = fresh.len();
+    let made: std::collections::HashMap<String, (String, DateTime<Utc>)> = fresh
+        .iter()
+        .map(|r| {
+            (
+                r.id.clone().unwrap(),
+                (
+                    r.automation_id.clone().unwrap(),
+                    r.triggered_at.clone().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    let mut inserted = 0;
     let mut newest: std::collections::HashMap<String, DateTime<Utc>> = Default::default();
-    for r in &fresh {
-        let (automation_id, _) = key_of(r);
-        let at = r.triggered_at.clone().unwrap();
-        let entry = newest.entry(automation_id).or_insert(at);
-        *entry = std::cmp::max(*entry, at);
-    }
     // 21 columns: 1,000 rows stay under every backend's bound-parameter limit.
     let mut rows = fresh.into_iter().peekable();
     while rows.peek().is_some() {
         let chunk: Vec<_> = rows.by_ref().take(1_000).collect();
-        automation_run::Entity::insert_many(chunk)
-            .on_conflict(
-                OnConflict::columns([
-                    automation_run::Column::AutomationId,
-                    automation_run::Column::DedupeKey,
-                ])
-                .do_nothing()
-                .to_owned(),
-            )
-            .exec_without_returning(conn)
+        let result = automation_run::Entity::insert_many(chunk)
+            .on_conflict_do_nothing_on([
+                automation_run::Column::AutomationId,
+                automation_run::Column::DedupeKey,
+            ])
+            .exec_with_returning_keys(conn)
             .await?;
+        let TryInsertResult::Inserted(ids) = result else {
+            continue;
+        };
+        for id in ids {
+            let Some((automation_id, at)) = made.get(&id) else {
+                continue;
+            };
+            inserted += 1;
+            let entry = newest.entry(automation_id.clone()).or_insert(*at);
+            *entry = std::cmp::max(*entry, *at);
+        }
     }
-    for (automation_id, at) in newest {
-        follow_newest(conn, &automation_id, at, AutomationRunStatus::Pending).await?;
-    }
+    let moved: Vec<_> = newest
+        .iter()
+        .map(|(automation_id, at)| (automation_id.as_str(), *at, AutomationRunStatus::Pending))
+        .collect();
+    follow_newest_many(conn, &moved).await?;
     Ok(inserted)
 }
 
@@ -207,8 +211,47 @@ pub async fn follow_newest_of<C: ConnectionTrait>(
             *entry = (run.triggered_at, to);
         }
     }
-    for (automation_id, (at, to)) in newest {
-        follow_newest(conn, automation_id, at, to).await?;
+    let moved: Vec<_> = newest
+        .into_iter()
+        .map(|(automation_id, (at, to))| (automation_id, at, to))
+        .collect();
+    follow_newest_many(conn, &moved).await
+}
+
+/// [`follow_newest`] for many automations in one statement per 300 (an evaluation that makes
+/// runs of hundreds of automations would otherwise send one UPDATE each, inside the applier's
+/// transaction). `VALUES` names its columns `column1..3` on SQLite and PostgreSQL alike.
+async fn follow_newest_many<C: ConnectionTrait>(
+    conn: &C,
+    moved: &[(&str, DateTime<Utc>, AutomationRunStatus)],
+) -> Result<(), DbErr> {
+    let backend = conn.get_database_backend();
+    for chunk in moved.chunks(300) {
+        let mut rows = Vec::with_capacity(chunk.len());
+        let mut values: Vec<sea_orm::Value> = Vec::with_capacity(chunk.len() * 3);
+        for (automation_id, at, to) in chunk {
+            let n = values.len();
+            rows.push(match backend {
+                sea_orm::DbBackend::Postgres => {
+                    format!("(${}, ${}::timestamptz, ${})", n + 1, n + 2, n + 3)
+                }
+                _ => "(?, ?, ?)".to_string(),
+            });
+            values.push((*automation_id).into());
+            values.push((*at).into());
+            values.push(to.as_str().into());
+        }
+        let sql = format!(
+            "UPDATE automations SET last_run_at = v.column2, last_run_status = v.column3 \
+             FROM (VALUES {}) AS v \
+             WHERE automations.id = v.column1 \
+             AND (automations.last_run_at IS NULL OR automations.last_run_at <= v.column2)",
+            rows.join(", ")
+        );
+        conn.execute_raw(sea_orm::Statement::from_sql_and_values(
+            backend, sql, values,
+        ))
+        .await?;
     }
     Ok(())
 }

@@ -248,7 +248,8 @@ pub fn pending_row(
 ) -> notification_delivery::ActiveModel {
     let now = Utc::now();
     notification_delivery::ActiveModel {
-        id: Set(uuid::Uuid::new_v4().to_string()),
+        // Time-ordered: automation runs write these at ingest's pace (see engine::runs).
+        id: Set(crate::ingest::store::time_ordered_id()),
         organization_id: Set(organization_id.to_string()),
         destination_id: Set(destination_id.to_string()),
         payload: Set(body.clone()),
