@@ -84,9 +84,8 @@ pub fn subject_run(
 /// Inserts the runs whose (automation, dedupe key) is new, in multi-row statements, and moves
 /// their automations' last-run fields; returns how many were inserted. Callers hold what makes
 /// their keys theirs (the applier is the one evaluator at a time; a schedule tick is claimed
-/// first); the unique index decides what is new, and `RETURNING` names what was inserted.
-/// (Asking first with `automation_id IN (..) AND dedupe_key IN (..)` made SQLite probe the
-/// index for every pair of the two lists: most of evaluation's cost at ingest's peak.)
+/// first); the unique index decides what is new, and `RETURNING` names what was inserted
+/// (one statement per chunk instead of a look-up followed by the insert).
 pub async fn insert_new<C: ConnectionTrait>(
     conn: &C,
     candidates: Vec<automation_run::ActiveModel>,
