@@ -54,6 +54,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// While ingest is saturated the processor claims one batch per this interval (it gives the
 /// cores and the write lock to acknowledgements, and still makes progress; docs/decisions.md).
 const SATURATED_CLAIM_EVERY: Duration = Duration::from_secs(1);
+/// ... unless the runs it claims have waited this long: then it works at full speed whatever
+/// ingest does, so a sustained overload delays deliveries by a bounded time.
+const MOST_GIVING_WAY: chrono::Duration = chrono::Duration::seconds(30);
 /// Processor failures after which a run is `FAILED`.
 const MAX_ATTEMPTS: i32 = 3;
 
@@ -100,6 +103,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         let mut failures = 0u32;
         let mut ingest_load = crate::ingest::stats::WriterLoad::default();
         let mut last_claim = tokio::time::Instant::now() - SATURATED_CLAIM_EVERY;
+        // Whether the oldest run of the latest claim had waited longer than MOST_GIVING_WAY.
+        let mut behind = false;
         loop {
             let woken = wakeup().notified();
             if last_sweep.elapsed() >= SWEEP_EVERY {
@@ -119,7 +124,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             }
             let free = permits.available_permits();
             let giving_way =
-                ingest_load.saturated() && last_claim.elapsed() < SATURATED_CLAIM_EVERY;
+                !behind && ingest_load.saturated() && last_claim.elapsed() < SATURATED_CLAIM_EVERY;
             let claimed =
                 if free == 0 || giving_way || PAUSED.load(std::sync::atomic::Ordering::Relaxed) {
                     Ok(Vec::new())
@@ -130,6 +135,12 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 Ok(batch) if !batch.is_empty() => {
                     failures = 0;
                     last_claim = tokio::time::Instant::now();
+                    // Claims take the oldest due runs first.
+                    behind = batch
+                        .iter()
+                        .map(|r| r.triggered_at)
+                        .min()
+                        .is_some_and(|t| Utc::now() - t > MOST_GIVING_WAY);
                     let Ok(permit) = permits.clone().acquire_many_owned(batch.len() as u32).await
                     else {
                         return;

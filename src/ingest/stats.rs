@@ -122,11 +122,16 @@ impl IngestStats {
 }
 
 /// Whether ingest is saturated: the acknowledging writer was busy for nearly all of the last
-/// sampling interval (back-to-back groups: requests wait for it). Background work that competes
-/// for the same cores and write lock (the automation processor) slows down while it says so.
+/// sampling interval (requests wait for it) while the machine's CPUs were busy too. Background
+/// work that competes for the same cores and write lock (the automation processor) slows down
+/// while it says so. The CPU condition matters with group commit on a slow commit (PostgreSQL):
+/// there the writer is busy back-to-back at loads the machine carries with room to spare, and
+/// holding runs back would only delay them.
 pub struct WriterLoad {
     sampled_at: std::time::Instant,
     busy_us: u64,
+    cpu: Option<CpuTimes>,
+    read_cpu: fn() -> Option<CpuTimes>,
     saturated: bool,
 }
 
@@ -135,6 +140,8 @@ impl Default for WriterLoad {
         Self {
             sampled_at: std::time::Instant::now(),
             busy_us: STATS.writer_busy_us.load(Ordering::Relaxed),
+            cpu: CpuTimes::read(),
+            read_cpu: CpuTimes::read,
             saturated: false,
         }
     }
@@ -143,7 +150,8 @@ impl Default for WriterLoad {
 impl WriterLoad {
     /// Shortest interval a busy fraction is computed over.
     const INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
-    /// Busy fraction at and above which ingest counts as saturated.
+    /// Busy fraction (of the writer, and of the CPUs) at and above which ingest counts as
+    /// saturated.
     const SATURATED: f64 = 0.9;
 
     /// The answer of the latest interval of at least 250 ms.
@@ -151,13 +159,60 @@ impl WriterLoad {
         let elapsed = self.sampled_at.elapsed();
         if elapsed >= Self::INTERVAL {
             let busy = STATS.writer_busy_us.load(Ordering::Relaxed);
-            let fraction =
+            let writer =
                 busy.saturating_sub(self.busy_us) as f64 / elapsed.as_micros().max(1) as f64;
-            self.saturated = fraction >= Self::SATURATED;
+            let cpu_now = (self.read_cpu)();
+            // Where the CPUs cannot be read (not Linux), the writer alone decides.
+            let cpu = match (&self.cpu, &cpu_now) {
+                (Some(before), Some(now)) => now.busy_since(before),
+                _ => 1.0,
+            };
+            self.saturated = writer >= Self::SATURATED && cpu >= Self::SATURATED;
             self.busy_us = busy;
+            self.cpu = cpu_now;
             self.sampled_at = std::time::Instant::now();
         }
         self.saturated
+    }
+}
+
+/// The machine's CPU time counters (`/proc/stat`, all CPUs), in clock ticks.
+#[derive(Debug, Clone, PartialEq)]
+struct CpuTimes {
+    busy: u64,
+    total: u64,
+}
+
+impl CpuTimes {
+    fn read() -> Option<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The `cpu` line: user nice system idle iowait irq softirq steal ...; idle and iowait are
+    /// the idle time.
+    fn parse(stat: &str) -> Option<Self> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let total: u64 = ticks.iter().take(8).sum();
+        let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+        Some(Self {
+            busy: total.saturating_sub(idle),
+            total,
+        })
+    }
+
+    /// The busy share of the CPU time since `before` (1 when no tick passed, which a caller
+    /// reads as "no evidence of room").
+    fn busy_since(&self, before: &Self) -> f64 {
+        let total = self.total.saturating_sub(before.total);
+        if total == 0 {
+            return 1.0;
+        }
+        self.busy.saturating_sub(before.busy) as f64 / total as f64
     }
 }
 
@@ -166,8 +221,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cpu_times_read_the_cpu_line_of_proc_stat() {
+        let before = CpuTimes::parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n").unwrap();
+        assert_eq!(
+            before,
+            CpuTimes {
+                busy: 150,
+                total: 1000
+            }
+        );
+        let after = CpuTimes::parse("cpu  190 0 50 800 60 0 0 0 0 0\n").unwrap();
+        assert!((after.busy_since(&before) - 0.9).abs() < 1e-9);
+        assert_eq!(CpuTimes::parse("intr 1 2 3"), None);
+    }
+
+    #[test]
     fn writer_load_says_saturated_only_when_the_writer_was_busy_nearly_all_the_interval() {
-        let mut load = WriterLoad::default();
+        // Without CPU counters the writer alone decides (the machine running the test may have
+        // idle CPUs).
+        let mut load = WriterLoad {
+            cpu: None,
+            read_cpu: || None,
+            ..WriterLoad::default()
+        };
         assert!(!load.saturated(), "no interval has passed yet");
         std::thread::sleep(WriterLoad::INTERVAL);
         // Half the interval busy: not saturated.

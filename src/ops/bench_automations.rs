@@ -61,6 +61,13 @@ pub struct AutomationsBenchArgs {
     /// Matching events per batch of 100 (5 is 5%).
     #[arg(long, default_value_t = 5)]
     pub matching: u64,
+    /// Measure on this PostgreSQL database (`postgres://...`, in a fresh schema dropped at
+    /// the end) instead of a temporary SQLite file.
+    #[arg(long)]
+    pub postgres: Option<String>,
+    /// Serving instances on the one database (PostgreSQL only).
+    #[arg(long, default_value_t = 1)]
+    pub instances: usize,
     /// Requests in flight at peak load.
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
@@ -327,26 +334,36 @@ fn p(sorted: &[f64], q: f64) -> f64 {
 
 pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let db = bench_ingest::temp_db(dir.path(), "bench.db").await?;
     let options = BenchOptions {
         seconds: args.seconds,
         concurrency: args.concurrency,
-        database_url: None,
-        instances: 1,
+        database_url: args.postgres.clone(),
+        instances: args.instances.max(1),
+    };
+    let (db, label, schema) = bench_ingest::open(&options, dir.path()).await?;
+    let instances = if schema.is_some() {
+        options.instances
+    } else {
+        1
     };
     // The instance's secrets box (bench_ingest starts instances with this key).
     let secrets = SecretBox::from_key(&[0u8; 32]);
     let seen = Seen::default();
     let receiver = start_receiver(seen.clone()).await?;
     let mut urls = Vec::new();
-    let addr = bench_ingest::start_instance(&options, db.clone(), None).await?;
+    let mut addrs = Vec::new();
+    for _ in 0..instances {
+        addrs.push(bench_ingest::start_instance(&options, db.clone(), schema.as_deref()).await?);
+    }
     for i in 0..args.orgs {
         let org = bench_ingest::create_org(&db, &format!("Bench {i}"), 1_000_000).await?;
         seed(&db, &secrets, &org.organization_id, &receiver, &args).await?;
+        // An organization's traffic goes to one instance (its requests stay in order there).
+        let addr = addrs[i % addrs.len()];
         urls.push(format!("http://{addr}/api/i/v1/{}/events", org.public_key));
     }
     println!(
-        "custintel bench automations: SQLite (WAL), {} organizations x {} active signals, {} automations (webhook to a receiver on 127.0.0.1, dedupe hour), {} of 100 events matching",
+        "custintel bench automations: {label}, {instances} instance(s), {} organizations x {} active signals, {} automations (webhook to a receiver on 127.0.0.1, dedupe hour), {} of 100 events matching",
         args.orgs, args.signals, args.automations, args.matching
     );
     let seq = Arc::new(AtomicU64::new(0));
@@ -367,8 +384,10 @@ pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
             set_enabled(&db, kind > 0).await?;
             // Every phase starts from a checkpointed database: working the previous phase's
             // runs leaves a large WAL whose checkpoint would otherwise slow the next phase.
-            db.execute_unprepared("PRAGMA wal_checkpoint(TRUNCATE)")
-                .await?;
+            if schema.is_none() {
+                db.execute_unprepared("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .await?;
+            }
             crate::engine::processor::set_paused(kind == 1);
             let delivered_before = seen.deliveries.load(Ordering::Relaxed);
             phase_no += 1;
@@ -459,5 +478,5 @@ pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
         .count(&db)
         .await?;
     println!("  failed runs over the whole benchmark: {failed}");
-    Ok(())
+    bench_ingest::drop_schema(&options, schema.as_deref()).await
 }

@@ -444,7 +444,7 @@ fn applied_total() -> u64 {
 }
 
 /// The database the run uses: a temporary SQLite file, or a fresh schema of PostgreSQL.
-async fn open(
+pub(crate) async fn open(
     options: &BenchOptions,
     dir: &std::path::Path,
 ) -> anyhow::Result<(sea_orm::DatabaseConnection, String, Option<String>)> {
@@ -729,7 +729,15 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         counters.repeats.load(Ordering::Relaxed),
         counters.applied.load(Ordering::Relaxed)
     );
-    if let (Some(url), Some(schema)) = (&options.database_url, &schema) {
+    drop_schema(&options, schema.as_deref()).await
+}
+
+/// Drops the PostgreSQL schema [`open`] made (nothing to do on SQLite: the file is temporary).
+pub(crate) async fn drop_schema(
+    options: &BenchOptions,
+    schema: Option<&str>,
+) -> anyhow::Result<()> {
+    if let (Some(url), Some(schema)) = (&options.database_url, schema) {
         let admin_conn = db::connect(url, None).await?;
         sea_orm::ConnectionTrait::execute_unprepared(
             &admin_conn,
