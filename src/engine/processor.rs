@@ -101,7 +101,9 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         let mut last_settle = tokio::time::Instant::now();
         let mut last_sweep = tokio::time::Instant::now();
         let mut failures = 0u32;
-        let mut ingest_load = crate::ingest::stats::WriterLoad::default();
+        let mut ingest_load = crate::ingest::stats::WriterLoad::new(
+            state.db.get_database_backend() == sea_orm::DbBackend::Sqlite,
+        );
         let mut last_claim = tokio::time::Instant::now() - SATURATED_CLAIM_EVERY;
         // Whether the oldest run of the latest claim had waited longer than MOST_GIVING_WAY.
         let mut behind = false;

@@ -122,11 +122,13 @@ impl IngestStats {
 }
 
 /// Whether ingest is saturated: the acknowledging writer was busy for nearly all of the last
-/// sampling interval (requests wait for it) while the machine's CPUs were busy too. Background
-/// work that competes for the same cores and write lock (the automation processor) slows down
-/// while it says so. The CPU condition matters with group commit on a slow commit (PostgreSQL):
-/// there the writer is busy back-to-back at loads the machine carries with room to spare, and
-/// holding runs back would only delay them.
+/// sampling interval (requests wait for it) and what it waits for is something background work
+/// takes from it. Background work (the automation processor) slows down while it says so.
+/// - On SQLite every write transaction holds the one write lock, so a busy writer is waiting on
+///   the other writers: the writer alone decides.
+/// - On PostgreSQL transactions commit side by side; the group-commit writer is busy
+///   back-to-back whenever commits are slow, at loads the machine carries with room to spare
+///   (holding runs back there only delays them), so the machine's CPUs must be busy too.
 pub struct WriterLoad {
     sampled_at: std::time::Instant,
     busy_us: u64,
@@ -135,13 +137,19 @@ pub struct WriterLoad {
     saturated: bool,
 }
 
-impl Default for WriterLoad {
-    fn default() -> Self {
+impl WriterLoad {
+    /// `one_write_lock`: the database serializes every write transaction (SQLite).
+    pub fn new(one_write_lock: bool) -> Self {
+        let read_cpu: fn() -> Option<CpuTimes> = if one_write_lock {
+            || None
+        } else {
+            CpuTimes::read
+        };
         Self {
             sampled_at: std::time::Instant::now(),
             busy_us: STATS.writer_busy_us.load(Ordering::Relaxed),
-            cpu: CpuTimes::read(),
-            read_cpu: CpuTimes::read,
+            cpu: read_cpu(),
+            read_cpu,
             saturated: false,
         }
     }
@@ -162,7 +170,8 @@ impl WriterLoad {
             let writer =
                 busy.saturating_sub(self.busy_us) as f64 / elapsed.as_micros().max(1) as f64;
             let cpu_now = (self.read_cpu)();
-            // Where the CPUs cannot be read (not Linux), the writer alone decides.
+            // Where the CPUs are not read (SQLite) or cannot be (not Linux), the writer alone
+            // decides.
             let cpu = match (&self.cpu, &cpu_now) {
                 (Some(before), Some(now)) => now.busy_since(before),
                 _ => 1.0,
@@ -237,13 +246,9 @@ mod tests {
 
     #[test]
     fn writer_load_says_saturated_only_when_the_writer_was_busy_nearly_all_the_interval() {
-        // Without CPU counters the writer alone decides (the machine running the test may have
-        // idle CPUs).
-        let mut load = WriterLoad {
-            cpu: None,
-            read_cpu: || None,
-            ..WriterLoad::default()
-        };
+        // One write lock: the writer alone decides (the machine running the test may have idle
+        // CPUs).
+        let mut load = WriterLoad::new(true);
         assert!(!load.saturated(), "no interval has passed yet");
         std::thread::sleep(WriterLoad::INTERVAL);
         // Half the interval busy: not saturated.
