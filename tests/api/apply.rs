@@ -1,7 +1,5 @@
 //! `custintel apply`: signals, destinations and automations declared as code.
 
-use std::{io::Write, process::Stdio};
-
 use custintel::ops::apply::{self, ApplyError, ApplyReport};
 use reqwest::StatusCode;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
@@ -549,47 +547,18 @@ signals:
 
 // The binary: one JSON object on stdout, exit codes, `-` for stdin, JSON files.
 
-fn bin() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_custintel"))
-}
-
 fn apply_cmd(db_url: &str, args: &[&str], stdin: Option<&str>) -> (i32, Value) {
-    let mut child = bin()
-        .arg("apply")
-        .args(args)
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run custintel apply");
-    {
-        let mut input = child.stdin.take().expect("stdin");
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).expect("write stdin");
-        }
-    }
-    let out = child.wait_with_output().expect("wait");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "one line of JSON: {stdout} / {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_str(lines[0]).expect("JSON"),
-    )
+    let args: Vec<&str> = std::iter::once("apply")
+        .chain(args.iter().copied())
+        .collect();
+    crate::helpers::run_cli_json(db_url, &args, stdin)
 }
 
 #[tokio::test]
 async fn apply_command() {
     let tmp = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/apply.db?mode=rwc", tmp.path().display());
-    let out = bin()
+    let out = crate::helpers::custintel_bin()
         .args(["admin", "create-org", "--name", "Acme"])
         .env("DATABASE_URL", &url)
         .output()

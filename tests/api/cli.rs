@@ -3,17 +3,15 @@
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Stdio},
+    process::Stdio,
 };
 
 use serde_json::Value;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_custintel"))
-}
+use crate::helpers::custintel_bin;
 
 fn run(db_url: &str, args: &[&str]) -> (i32, Value, String) {
-    let out = bin()
+    let out = custintel_bin()
         .args(args)
         .env("DATABASE_URL", db_url)
         .env("RUST_LOG", "warn")
@@ -104,7 +102,7 @@ async fn admin_commands_and_demo_then_serve() {
     assert_ne!(demo1["organizationId"], demo2["organizationId"]);
 
     // serve on a free port, then the README's first request.
-    let mut child = bin()
+    let mut child = custintel_bin()
         .args(["serve", "--bind", "127.0.0.1:0"])
         .env("DATABASE_URL", &url)
         .env("RUST_LOG", "info")

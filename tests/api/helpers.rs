@@ -403,3 +403,42 @@ macro_rules! snap {
         insta::assert_json_snapshot!($name, $crate::helpers::redact(&$value))
     };
 }
+
+/// The `custintel` binary this test build made.
+pub fn custintel_bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_custintel"))
+}
+
+/// Runs `custintel ARGS` on `db_url`, feeding `stdin` when given (the command reads it for a
+/// `-` file), and answers its exit code and the one line of JSON it printed.
+pub fn run_cli_json(db_url: &str, args: &[&str], stdin: Option<&str>) -> (i32, Value) {
+    use std::{io::Write, process::Stdio};
+    let mut child = custintel_bin()
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run custintel");
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).expect("write stdin");
+        }
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "one line of JSON: {stdout} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_str(lines[0]).expect("JSON"),
+    )
+}

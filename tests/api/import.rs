@@ -1,47 +1,14 @@
 //! `custintel import`: JSON Lines in, good lines kept, bad lines reported by number.
 
-use std::{io::Write, process::Stdio};
-
 use serde_json::{json, Value};
-
-fn bin() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_custintel"))
-}
 
 /// Runs `custintel import`, feeding `stdin` when given; (exit code, stdout JSON).
 fn import(db_url: &str, org: &str, file: &str, stdin: Option<&str>) -> (i32, Value) {
-    let mut child = bin()
-        .args(["import", "--org", org, file])
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run custintel import");
-    {
-        let mut input = child.stdin.take().expect("stdin");
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).expect("write stdin");
-        }
-    }
-    let out = child.wait_with_output().expect("wait");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "one line of JSON: {stdout} / {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_str(lines[0]).expect("JSON"),
-    )
+    crate::helpers::run_cli_json(db_url, &["import", "--org", org, file], stdin)
 }
 
 fn create_org(db_url: &str) -> String {
-    let out = bin()
+    let out = crate::helpers::custintel_bin()
         .args(["admin", "create-org", "--name", "Importer"])
         .env("DATABASE_URL", db_url)
         .output()
@@ -167,7 +134,7 @@ async fn import_command() {
     }
 
     // An unknown organization is an error, not an import.
-    let out = bin()
+    let out = crate::helpers::custintel_bin()
         .args(["import", "--org", "org_missing", path.to_str().unwrap()])
         .env("DATABASE_URL", &url)
         .output()
