@@ -152,24 +152,7 @@ pub async fn follow_newest<C: ConnectionTrait>(
     triggered_at: DateTime<Utc>,
     run_status: AutomationRunStatus,
 ) -> Result<(), DbErr> {
-    automation::Entity::update_many()
-        .col_expr(
-            automation::Column::LastRunAt,
-            Expr::value(Some(triggered_at)),
-        )
-        .col_expr(
-            automation::Column::LastRunStatus,
-            Expr::value(Some(run_status)),
-        )
-        .filter(automation::Column::Id.eq(automation_id))
-        .filter(
-            Condition::any()
-                .add(automation::Column::LastRunAt.is_null())
-                .add(automation::Column::LastRunAt.lte(triggered_at)),
-        )
-        .exec(conn)
-        .await?;
-    Ok(())
+    follow_newest_many(conn, &[(automation_id, triggered_at, run_status)]).await
 }
 
 /// What changes when a run moves on.
@@ -217,8 +200,9 @@ pub async fn follow_newest_of<C: ConnectionTrait>(
     follow_newest_many(conn, &moved).await
 }
 
-/// [`follow_newest`] for many automations in one statement per 300 (an evaluation that makes
-/// runs of hundreds of automations would otherwise send one UPDATE each, inside the applier's
+/// Moves each automation's last-run fields to (its run's `triggered_at`, status) unless it
+/// already shows a newer run: one statement per 300 automations (an evaluation that makes runs
+/// of hundreds of automations would otherwise send one UPDATE each, inside the applier's
 /// transaction). `VALUES` names its columns `column1..3` on SQLite and PostgreSQL alike.
 async fn follow_newest_many<C: ConnectionTrait>(
     conn: &C,
