@@ -15,6 +15,7 @@ mod m20261124_010000_email_normal_form;
 mod m20261124_030000_agent_runs;
 mod m20261125_010000_automation_runs;
 mod m20261125_020000_destination_managed_by;
+mod m20261125_030000_ingest_applied;
 
 pub struct Migrator;
 
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_030000_agent_runs::Migration),
             Box::new(m20261125_010000_automation_runs::Migration),
             Box::new(m20261125_020000_destination_managed_by::Migration),
+            Box::new(m20261125_030000_ingest_applied::Migration),
         ]
     }
 }

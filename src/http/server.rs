@@ -202,6 +202,19 @@ pub async fn serve(
     let engine = crate::engine::spawn(state.clone());
     let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
     let applier = crate::ingest::applier::Applier::spawn(state.db.clone(), window);
+    let mut checkpointers: Vec<_> = crate::db::spawn_wal_checkpointer(&state.db)
+        .into_iter()
+        .collect();
+    match crate::ingest::journal::Journal::of(&state.db).await {
+        Ok(journal) => checkpointers.extend(
+            journal
+                .own_file()
+                .and_then(crate::db::spawn_wal_checkpointer),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not open the ingest journal at start (the writer retries)")
+        }
+    }
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
     // connections, requests in flight answered after their commits, then what was
     // acknowledged is applied, all within `SHUTDOWN_LIMIT`.
@@ -218,6 +231,9 @@ pub async fn serve(
         )
         .await;
     retries.abort();
+    for task in checkpointers {
+        task.abort();
+    }
     for task in engine {
         task.abort();
     }

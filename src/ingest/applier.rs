@@ -1,7 +1,8 @@
 //! The applier: moves acknowledged batches from the journal into `events` and applies their
 //! effects on visitors, users and customers, oldest first (so in order per organization), in
-//! transactions that also delete them from the journal: after a crash every acknowledged batch
-//! is applied exactly once.
+//! transactions that also delete them from the journal (or, when the journal is a file of its
+//! own, move the applied mark past them): after a crash every acknowledged batch is applied
+//! exactly once.
 //!
 //! Every serving instance runs one. On PostgreSQL one instance applies at a time (a
 //! transaction-scoped advisory lock per schema), so several instances never apply one
@@ -13,7 +14,11 @@ use chrono::Utc;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 use tokio::{sync::watch, task::JoinHandle};
 
-use super::{dedup, effects, journal, validate::Batch};
+use super::{
+    dedup, effects,
+    journal::{self, Journal, JournalEntry},
+    validate::Batch,
+};
 
 /// Batches applied per transaction at most (up to 100 events each): large enough to amortize
 /// the commit, small enough that the acknowledging writer waits at most one such transaction.
@@ -73,6 +78,7 @@ async fn run(
     // The automation engine's rules, read again only when the configuration changes.
     let mut rules = crate::engine::evaluate::RulesCache::default();
     let mut failures = 0u32;
+    let mut journal = None;
     loop {
         let stop_at = *stopped.borrow();
         if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
@@ -81,7 +87,13 @@ async fn run(
         let next = if PAUSED.load(std::sync::atomic::Ordering::Relaxed) && stop_at.is_none() {
             Ok(None)
         } else {
-            apply_next(&db, &mut rules).await
+            match &journal {
+                Some(j) => apply_next(j, &mut rules).await,
+                None => Journal::of(&db).await.map(|j| {
+                    journal = Some(j);
+                    Some(Applied::default())
+                }),
+            }
         };
         match next {
             Ok(Some(_)) => {
@@ -120,7 +132,7 @@ async fn run(
 }
 
 /// What one apply did.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Applied {
     pub batches: usize,
     pub events: usize,
@@ -131,9 +143,48 @@ pub struct Applied {
 /// Applies the oldest journaled batches in one transaction; `None` when there was nothing to
 /// apply (or another instance holds the applier's lock).
 pub async fn apply_next(
-    db: &DatabaseConnection,
+    journal: &Journal,
     rules: &mut crate::engine::evaluate::RulesCache,
 ) -> Result<Option<Applied>, DbErr> {
+    let (entries, runs_created) = match journal {
+        Journal::InDatabase(db) => {
+            let Some(applied) = apply_in_database(db, rules).await? else {
+                return Ok(None);
+            };
+            applied
+        }
+        Journal::OwnFile { main, file } => {
+            let Some(applied) = apply_from_own_file(main, file, rules).await? else {
+                return Ok(None);
+            };
+            applied
+        }
+    };
+    if runs_created > 0 {
+        crate::engine::processor::wake();
+    }
+    let now = Utc::now();
+    let lag = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds() as f64 / 1000.0;
+    for entry in &entries {
+        super::stats::stats().record_applied(
+            entry.batch.events.len() as u64,
+            lag(entry.batch.received_at),
+        );
+    }
+    let oldest = entries.iter().map(|e| e.batch.received_at).min();
+    Ok(Some(Applied {
+        batches: entries.len(),
+        events: entries.iter().map(|e| e.batch.events.len()).sum(),
+        lag_secs: oldest.map(lag).unwrap_or_default(),
+    }))
+}
+
+/// The journal is a table of the database: read, apply and delete in one transaction (under
+/// the applier's lock on PostgreSQL).
+async fn apply_in_database(
+    db: &DatabaseConnection,
+    rules: &mut crate::engine::evaluate::RulesCache,
+) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
     // A read without the write lock first: an idle journal costs no lock.
     if journal::oldest(db, 1).await?.is_empty() {
         return Ok(None);
@@ -142,29 +193,46 @@ pub async fn apply_next(
     if txn.get_database_backend() == DbBackend::Postgres && !applier_lock(&txn).await? {
         return Ok(None);
     }
-    let entries = journal::oldest(&txn, BATCHES_PER_APPLY).await?;
+    let mut entries = journal::oldest(&txn, BATCHES_PER_APPLY).await?;
     if entries.is_empty() {
         return Ok(None);
     }
-    let batches: Vec<&Batch> = entries.iter().map(|e| &e.batch).collect();
-    let runs_created = effects::write_batches(&txn, &batches, rules).await?;
+    let mut batches: Vec<&mut Batch> = entries.iter_mut().map(|e| &mut e.batch).collect();
+    let runs_created = effects::write_batches(&txn, &mut batches, rules).await?;
     let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
     journal::remove(&txn, &seqs).await?;
     txn.commit().await?;
-    if runs_created > 0 {
-        crate::engine::processor::wake();
+    Ok(Some((entries, runs_created)))
+}
+
+/// The journal is a file of its own (SQLite): its batches are read and parsed before the main
+/// file's write lock is taken, applied in one transaction that moves the applied mark past
+/// them, and deleted from the journal file after that commit (a stop in between leaves rows the
+/// mark already covers: they are skipped, and deleted by the next apply).
+async fn apply_from_own_file(
+    main: &DatabaseConnection,
+    file: &DatabaseConnection,
+    rules: &mut crate::engine::evaluate::RulesCache,
+) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
+    let mark = journal::applied_through(main).await?;
+    let mut entries = journal::read_after_mark(file, mark, BATCHES_PER_APPLY).await?;
+    let Some(last) = entries.last().map(|e| e.seq) else {
+        return Ok(None);
+    };
+    let txn = crate::db::begin_write(main).await?;
+    if !journal::advance_applied(&txn, mark, last).await? {
+        // Another process applied these meanwhile; read again from its mark.
+        txn.rollback().await?;
+        return Ok(Some((Vec::new(), 0)));
     }
-    let now = Utc::now();
-    let lag = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds() as f64 / 1000.0;
-    for batch in &batches {
-        super::stats::stats().record_applied(batch.events.len() as u64, lag(batch.received_at));
+    let mut batches: Vec<&mut Batch> = entries.iter_mut().map(|e| &mut e.batch).collect();
+    let runs_created = effects::write_batches(&txn, &mut batches, rules).await?;
+    txn.commit().await?;
+    if let Err(e) = journal::remove_through(file, last).await {
+        // Harmless: the mark covers them, the next apply deletes them.
+        tracing::warn!(error = %e, "could not delete applied batches from the journal");
     }
-    let oldest = batches.iter().map(|b| b.received_at).min();
-    Ok(Some(Applied {
-        batches: batches.len(),
-        events: batches.iter().map(|b| b.events.len()).sum(),
-        lag_secs: oldest.map(lag).unwrap_or_default(),
-    }))
+    Ok(Some((entries, runs_created)))
 }
 
 /// PostgreSQL: the applier's lock for this schema, held until the transaction ends; false when

@@ -149,7 +149,11 @@ impl MemoryWindow {
     /// Rebuilds the window from what the database holds: the events received within the
     /// window (their ids are time-ordered, so this reads one primary-key range) and the
     /// journal's batches not yet applied.
-    pub async fn load<C: ConnectionTrait>(&mut self, conn: &C) -> Result<(), DbErr> {
+    pub async fn load<C: ConnectionTrait>(
+        &mut self,
+        conn: &C,
+        journal: &super::journal::Journal,
+    ) -> Result<(), DbErr> {
         let now = Utc::now();
         let since = now - self.window;
         let backend = conn.get_database_backend();
@@ -179,7 +183,7 @@ impl MemoryWindow {
         }
         let mut after_seq = 0i64;
         loop {
-            let batches = super::journal::read_after(conn, after_seq, 200).await?;
+            let batches = journal.read_after(after_seq, 200).await?;
             let Some(last) = batches.last() else { break };
             after_seq = last.seq;
             for entry in &batches {

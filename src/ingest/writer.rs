@@ -49,15 +49,26 @@ pub fn spawn(db: DatabaseConnection, window: Duration) -> mpsc::Sender<Job> {
 }
 
 async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Duration) {
+    // Requests wait (in the queue) until the journal is open and the window rebuilt.
+    let mut delay = Duration::from_millis(200);
+    let journal = loop {
+        match journal::Journal::of(&db).await {
+            Ok(journal) => break journal,
+            Err(e) => {
+                tracing::error!(error = %e, "could not open the ingest journal; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
     let mut repeats = match db.get_database_backend() {
         DbBackend::Postgres => Repeats::Shared(window),
         _ => {
             // Requests wait (in the queue) until the window is rebuilt: a repeat of a batch
             // acknowledged before a restart must still be recognised.
             let mut memory = MemoryWindow::new(window);
-            let mut delay = Duration::from_millis(200);
             loop {
-                match memory.load(&db).await {
+                match memory.load(&db, &journal).await {
                     Ok(()) => break,
                     Err(e) => {
                         tracing::error!(error = %e, "could not rebuild the messageId window; retrying");
@@ -95,7 +106,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             })
             .collect();
         let started = std::time::Instant::now();
-        match write_group(&db, &mut repeats, &mut group).await {
+        match write_group(journal.conn(), &mut repeats, &mut group).await {
             Ok(()) => answer(group, Ok(())),
             Err(err) if group.len() > 1 => {
                 // One batch must not fail its neighbours: write each on its own. (Dropping
@@ -103,7 +114,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
                 tracing::warn!(error = %err, batches = group.len(), "group write failed; retrying batches one by one");
                 for pending in group {
                     let mut one = vec![pending];
-                    let result = write_group(&db, &mut repeats, &mut one).await;
+                    let result = write_group(journal.conn(), &mut repeats, &mut one).await;
                     answer(one, result);
                 }
             }
@@ -128,7 +139,9 @@ fn answer(group: Vec<Pending>, result: Result<(), DbErr>) {
     }
 }
 
-/// Drops the group's repeats from its batches and journals the rest in one transaction.
+/// Drops the group's repeats from its batches and journals the rest in one transaction on
+/// `db`, the journal's connection (the database itself on PostgreSQL, whose `messageId` claims
+/// commit with the journal rows).
 async fn write_group(
     db: &DatabaseConnection,
     repeats: &mut Repeats,

@@ -280,6 +280,15 @@ pub fn names() -> Vec<&'static str> {
     VIEWS.iter().map(|v| v.name).collect()
 }
 
+/// Where a SQLite database's pending events are (see `crate::ingest::journal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingJournal {
+    /// `main.ingest_journal`, every row pending.
+    InDatabase,
+    /// The journal's own file attached as `ingest`; rows above `main.ingest_applied` pending.
+    OwnFile,
+}
+
 /// A SQL string literal.
 pub fn quote_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
@@ -300,8 +309,9 @@ impl View {
     }
 
     /// SQLite: a TEMP view over `main.<table>` holding one organization's rows (the id is a
-    /// literal in the definition, so nothing the caller's SQL does can change it).
-    pub fn sqlite_temp_view(&self, organization_id: &str) -> String {
+    /// literal in the definition, so nothing the caller's SQL does can change it). `events`
+    /// adds the journal's pending events, from `journal`.
+    pub fn sqlite_temp_view(&self, organization_id: &str, journal: PendingJournal) -> String {
         let org = quote_literal(organization_id);
         let mut sql = format!(
             "CREATE TEMP VIEW {} AS SELECT {} FROM main.{} AS t WHERE t.organization_id = {org}",
@@ -310,9 +320,16 @@ impl View {
             quote_ident(self.table),
         );
         if self.name == "events" {
+            let (table, pending) = match journal {
+                PendingJournal::InDatabase => ("main.ingest_journal", ""),
+                PendingJournal::OwnFile => (
+                    "ingest.ingest_journal",
+                    " AND j.seq > (SELECT a.seq FROM main.ingest_applied AS a WHERE a.id = 1)",
+                ),
+            };
             sql.push_str(&format!(
-                " UNION ALL SELECT {} FROM main.ingest_journal AS j, \
-                 json_each(j.batch, '$.events') AS e WHERE j.organization_id = {org}",
+                " UNION ALL SELECT {} FROM {table} AS j, \
+                 json_each(j.batch, '$.events') AS e WHERE j.organization_id = {org}{pending}",
                 pending_events_select(|field| match field {
                     Pending::Event(path) => format!("json_extract(e.value, '$.{path}')"),
                     Pending::EventTime(path) => format!(

@@ -149,15 +149,41 @@ mod sqlite {
         )
         .map_err(internal)?;
         conn.busy_timeout(TIME_LIMIT).map_err(internal)?;
+        // Pending events are in the journal's own file when the service made one.
+        let journal_file = crate::ingest::journal::own_file_path(path);
+        let journal = if journal_file.exists() {
+            conn.execute(
+                "ATTACH DATABASE ?1 AS ingest",
+                [journal_file.to_string_lossy().as_ref()],
+            )
+            .map_err(internal)?;
+            analytics_views::PendingJournal::OwnFile
+        } else {
+            analytics_views::PendingJournal::InDatabase
+        };
         // TEMP views shadow the base tables of the same name: `customers` is the view.
         // A fresh connection has an empty page cache: map the file so a scan reads the OS page
         // cache directly (set before the authorizer, which refuses PRAGMA from callers).
         let mut ddl = format!("PRAGMA mmap_size = {};\n", crate::db::SQLITE_MMAP_BYTES);
         for view in analytics_views::VIEWS {
-            ddl.push_str(&view.sqlite_temp_view(organization_id));
+            ddl.push_str(&view.sqlite_temp_view(organization_id, journal));
             ddl.push_str(";\n");
         }
         conn.execute_batch(&ddl).map_err(internal)?;
+        if journal == analytics_views::PendingJournal::OwnFile {
+            // One read transaction, the journal's snapshot taken before the main file's: a
+            // batch the applier moved in between is then in `events` or still pending, never
+            // in neither (it deletes from the journal only after its main commit).
+            conn.execute_batch("BEGIN").map_err(internal)?;
+            conn.query_row(
+                "SELECT count(*) FROM ingest.ingest_journal WHERE seq < 0",
+                [],
+                |_| Ok(()),
+            )
+            .map_err(internal)?;
+            conn.query_row("SELECT seq FROM main.ingest_applied", [], |_| Ok(()))
+                .map_err(internal)?;
+        }
 
         let refusal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let noted = refusal.clone();
@@ -260,7 +286,8 @@ mod sqlite {
                 let is_view = ctx.database_name == Some("temp")
                     && analytics_views::find(table_name).is_some();
                 let is_cte = ctx.database_name.is_none();
-                if is_view || is_cte || (through_view && ctx.database_name == Some("main")) {
+                let base = matches!(ctx.database_name, Some("main") | Some("ingest"));
+                if is_view || is_cte || (through_view && base) {
                     Ok(())
                 } else {
                     Err(format!(

@@ -15,6 +15,7 @@ mod engine;
 mod import;
 mod ingest;
 mod ingest_durability;
+mod ingest_journal;
 mod integrations;
 mod keys;
 mod layers;

@@ -70,18 +70,31 @@ struct Group {
 /// Then the automation engine evaluates the events against the organizations' signals (after
 /// the effects, so each event's user and customer are resolved); returns how many automation
 /// runs that created.
+///
+/// Each event's `data` is moved into its row, not copied: the batches are left without it.
 pub async fn write_batches<C: ConnectionTrait>(
     conn: &C,
-    batches: &[&Batch],
+    batches: &mut [&mut Batch],
     rules: &mut engine::evaluate::RulesCache,
 ) -> Result<usize, DbErr> {
     let mut group = Group::default();
-    // Every visitor and session the group names is loaded here, so a key missing from
-    // `group.visitors` / `group.sessions` afterwards is one the database does not have.
-    preload_visitors(conn, &mut group, batches).await?;
-    preload_sessions(conn, &mut group, batches).await?;
-    for batch in batches {
+    {
+        let shared: Vec<&Batch> = batches.iter().map(|b| &**b).collect();
+        // Every visitor and session the group names is loaded here, so a key missing from
+        // `group.visitors` / `group.sessions` afterwards is one the database does not have.
+        preload_visitors(conn, &mut group, &shared).await?;
+        preload_sessions(conn, &mut group, &shared).await?;
+    }
+    for batch in batches.iter_mut() {
+        let first_row = group.rows.len();
         apply_batch(conn, &mut group, batch).await?;
+        // `record_event` added one row per event, in order.
+        for (row, event) in group.rows[first_row..]
+            .iter_mut()
+            .zip(batch.events.iter_mut())
+        {
+            row.data = std::mem::take(&mut event.data);
+        }
     }
     let rules = rules.get(conn).await?;
     // Only events some signal names are copied for evaluation.
@@ -184,7 +197,8 @@ fn record_event(group: &mut Group, batch: &Batch, event: &AcceptedEvent, to: Att
         path: event.path.clone(),
         occurred_at: event.occurred_at,
         received_at: batch.received_at,
-        data: event.data.clone(),
+        // Moved in by `write_batches` once the batch is applied.
+        data: serde_json::Value::Null,
     });
 }
 

@@ -1,0 +1,154 @@
+//! The ingest journal in a file of its own (SQLite): batches an earlier version left in the
+//! main file are moved in, rows the applied mark covers are neither applied again nor shown
+//! twice, and two appliers racing for the same batches apply them once.
+
+use custintel::{
+    ingest::{
+        applier::apply_next,
+        journal::{self, Journal},
+        validate::{validate_batch, Batch},
+    },
+    ops::admin::{self, NewOrganization, Plan},
+};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use serde_json::{json, Value};
+
+async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
+    db.query_one_raw(Statement::from_string(DbBackend::Sqlite, sql))
+        .await
+        .expect("count")
+        .expect("a row")
+        .try_get_by_index::<i64>(0)
+        .expect("count value")
+}
+
+fn batch(org: &str, message_id: &str) -> Batch {
+    let body = json!({"visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11", "events": [
+        {"type": "custom", "eventName": "seat_added", "messageId": message_id,
+         "url": "https://app.example.com/", "path": "/"},
+    ]});
+    let (batch, errors) =
+        validate_batch(org, body.to_string().as_bytes(), chrono::Utc::now()).expect("valid");
+    assert!(errors.is_empty());
+    batch
+}
+
+async fn events_in_view(state: &custintel::state::AppState, org: &str) -> Value {
+    let answer = custintel::tools::call(
+        custintel::tools::ToolContext {
+            state: state.clone(),
+            organization_id: org.to_string(),
+        },
+        "svc_query",
+        Some(json!({"sql": "SELECT count(*) FROM events"})),
+    )
+    .await
+    .expect("query");
+    answer["rows"][0][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_file_journal_applies_each_batch_once() {
+    let (state, _tmp) = crate::helpers::state_without_server(crate::helpers::Backend::Sqlite)
+        .await
+        .expect("sqlite");
+    let db = state.db.clone();
+    let org = admin::create_org(
+        &db,
+        NewOrganization {
+            name: "Journal File Co".into(),
+            plan: Plan::Pro,
+            api_call_limit: None,
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec![],
+        },
+    )
+    .await
+    .expect("org")
+    .organization_id;
+
+    // A batch an earlier version journaled in the main file moves into the journal's file.
+    let first = batch(&org, "m1");
+    journal::append(&db, &[&first]).await.expect("append");
+    let journal = Journal::of(&db).await.expect("journal");
+    let file = journal.own_file().expect("a file of its own").clone();
+    assert_eq!(count(&db, "SELECT count(*) FROM ingest_journal").await, 0);
+    assert_eq!(journal.backlog(None).await.expect("backlog").batches, 1);
+    assert_eq!(events_in_view(&state, &org).await, 1, "pending, shown once");
+
+    let mut rules = Default::default();
+    let applied = apply_next(&journal, &mut rules).await.expect("apply");
+    assert_eq!(applied.map(|a| a.events), Some(1));
+    let mark = journal::applied_through(&db).await.expect("mark");
+    assert!(mark >= 1);
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(count(&file, "SELECT count(*) FROM ingest_journal").await, 0);
+
+    // A stop between the applier's commit and its delete leaves the row the mark covers.
+    file.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        "INSERT INTO ingest_journal (seq, organization_id, received_at, event_count, batch) \
+         VALUES (?, ?, ?, 1, ?)",
+        [
+            mark.into(),
+            org.clone().into(),
+            first.received_at.into(),
+            serde_json::to_string(&first).expect("json").into(),
+        ],
+    ))
+    .await
+    .expect("leftover");
+    assert_eq!(journal.backlog(None).await.expect("backlog").batches, 0);
+    assert_eq!(events_in_view(&state, &org).await, 1, "applied, shown once");
+    assert_eq!(apply_next(&journal, &mut rules).await.expect("apply"), None);
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, 1);
+
+    // The next apply deletes it with its own batches.
+    let second = batch(&org, "m2");
+    journal::append(journal.conn(), &[&second])
+        .await
+        .expect("append");
+    assert_eq!(events_in_view(&state, &org).await, 2);
+    apply_next(&journal, &mut rules).await.expect("apply");
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, 2);
+    assert_eq!(count(&file, "SELECT count(*) FROM ingest_journal").await, 0);
+
+    // Two appliers (each with its own pool on the main file) race for the same batches: the
+    // applied mark lets one of them apply, never both.
+    let other_main = custintel::db::connect(
+        &format!(
+            "sqlite://{}?mode=rwc",
+            _tmp.as_ref().expect("dir").path().join("test.db").display()
+        ),
+        None,
+    )
+    .await
+    .expect("second pool");
+    let racing = Journal::OwnFile {
+        main: other_main,
+        file: file.clone(),
+    };
+    for round in 0..10 {
+        let batches: Vec<Batch> = (0..3)
+            .map(|i| batch(&org, &format!("r{round}-{i}")))
+            .collect();
+        let refs: Vec<&Batch> = batches.iter().collect();
+        journal::append(journal.conn(), &refs)
+            .await
+            .expect("append");
+        let (mut a, mut b) = (Default::default(), Default::default());
+        let (x, y) = tokio::join!(apply_next(&journal, &mut a), apply_next(&racing, &mut b));
+        x.expect("first applier");
+        y.expect("second applier");
+        while journal.backlog(None).await.expect("backlog").batches > 0 {
+            apply_next(&journal, &mut rules).await.expect("apply");
+        }
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM events").await,
+            2 + 3 * (round + 1),
+            "round {round}"
+        );
+    }
+    assert_eq!(events_in_view(&state, &org).await, 32);
+}
