@@ -23,6 +23,9 @@ use super::{
 /// Batches applied per transaction at most (up to 100 events each): large enough to amortize
 /// the commit, small enough that the acknowledging writer waits at most one such transaction.
 const BATCHES_PER_APPLY: u64 = 50;
+/// How long the applier leaves the main file's write lock to other writers after each commit
+/// (more than their 1 ms busy-handler poll).
+const WRITERS_TURN: Duration = Duration::from_millis(3);
 /// How often an idle applier looks for new batches (a cheap read, no lock).
 const IDLE_POLL: Duration = Duration::from_millis(25);
 /// How often expired `messageId` claims are removed (PostgreSQL).
@@ -232,6 +235,10 @@ async fn apply_from_own_file(
         // Harmless: the mark covers them, the next apply deletes them.
         tracing::warn!(error = %e, "could not delete applied batches from the journal");
     }
+    // SQLite does not queue writers: one waiting for the main file's lock tries every
+    // millisecond, and an applier with a backlog would begin its next transaction before that
+    // try (the automation processor waited for whole ingest phases). Leave it a chance.
+    tokio::time::sleep(WRITERS_TURN).await;
     Ok(Some((entries, runs_created)))
 }
 
