@@ -21,7 +21,8 @@ use super::{
 };
 
 /// Batches applied per transaction at most (up to 100 events each): large enough to amortize
-/// the commit, small enough that the acknowledging writer waits at most one such transaction.
+/// the commit, small enough that other writers of the database (and, where the journal is in
+/// the database, the acknowledging writer) wait at most one such transaction.
 const BATCHES_PER_APPLY: u64 = 50;
 /// How long the applier leaves the main file's write lock to other writers after each commit
 /// (more than their 1 ms busy-handler poll).
@@ -218,7 +219,7 @@ async fn apply_from_own_file(
     rules: &mut crate::engine::evaluate::RulesCache,
 ) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
     let mark = journal::applied_through(main).await?;
-    let mut entries = journal::read_after_mark(file, mark, BATCHES_PER_APPLY).await?;
+    let mut entries = journal::read_after(file, mark, BATCHES_PER_APPLY).await?;
     let Some(last) = entries.last().map(|e| e.seq) else {
         return Ok(None);
     };

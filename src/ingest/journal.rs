@@ -97,18 +97,10 @@ impl Journal {
         }
     }
 
-    /// Batches not yet applied, oldest first, at most `limit`.
-    pub async fn pending(&self, limit: u64) -> Result<Vec<JournalEntry>, DbErr> {
-        match self {
-            Self::InDatabase(db) => read(db, 0, limit).await,
-            Self::OwnFile { main, file } => read(file, applied_through(main).await?, limit).await,
-        }
-    }
-
     /// Rows after `seq`, applied or not, in order, at most `limit` (rebuilding the `messageId`
     /// window counts a batch twice at worst).
     pub async fn read_after(&self, seq: i64, limit: u64) -> Result<Vec<JournalEntry>, DbErr> {
-        read(self.conn(), seq, limit).await
+        read_after(self.conn(), seq, limit).await
     }
 
     /// What is waiting for the applier, for everyone or one organization.
@@ -300,19 +292,12 @@ pub async fn append<C: ConnectionTrait>(conn: &C, batches: &[&Batch]) -> Result<
 /// The oldest rows of a journal kept in the database, in the order they were accepted, at
 /// most `limit` of them (read in the applier's transaction).
 pub async fn oldest<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<JournalEntry>, DbErr> {
-    read(conn, 0, limit).await
+    read_after(conn, 0, limit).await
 }
 
-/// The rows of an own-file journal after the applied mark `seq`, oldest first, at most `limit`.
-pub async fn read_after_mark<C: ConnectionTrait>(
-    conn: &C,
-    seq: i64,
-    limit: u64,
-) -> Result<Vec<JournalEntry>, DbErr> {
-    read(conn, seq, limit).await
-}
-
-async fn read<C: ConnectionTrait>(
+/// Rows after `after`, oldest first, at most `limit` (on an own-file journal, `after` is the
+/// applied mark).
+pub async fn read_after<C: ConnectionTrait>(
     conn: &C,
     after: i64,
     limit: u64,

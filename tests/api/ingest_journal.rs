@@ -49,7 +49,7 @@ async fn events_in_view(state: &custintel::state::AppState, org: &str) -> Value 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_file_journal_applies_each_batch_once() {
-    let (state, _tmp) = crate::helpers::state_without_server(crate::helpers::Backend::Sqlite)
+    let (state, tmp) = crate::helpers::state_without_server(crate::helpers::Backend::Sqlite)
         .await
         .expect("sqlite");
     let db = state.db.clone();
@@ -119,7 +119,7 @@ async fn own_file_journal_applies_each_batch_once() {
     let other_main = custintel::db::connect(
         &format!(
             "sqlite://{}?mode=rwc",
-            _tmp.as_ref().expect("dir").path().join("test.db").display()
+            tmp.as_ref().expect("dir").path().join("test.db").display()
         ),
         None,
     )
