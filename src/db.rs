@@ -1,5 +1,7 @@
 //! Database connection: SQLite by default (WAL), PostgreSQL by `DATABASE_URL`.
 
+mod rows_update;
+
 use std::time::Duration;
 
 use migration::{Migrator, MigratorTrait};
@@ -8,6 +10,8 @@ use sea_orm::{
     ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbErr,
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
+
+pub use rows_update::RowsUpdate;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
 

@@ -201,41 +201,25 @@ pub async fn follow_newest_of<C: ConnectionTrait>(
 }
 
 /// Moves each automation's last-run fields to (its run's `triggered_at`, status) unless it
-/// already shows a newer run: one statement per 300 automations (an evaluation that makes runs
-/// of hundreds of automations would otherwise send one UPDATE each, inside the applier's
-/// transaction). `VALUES` names its columns `column1..3` on SQLite and PostgreSQL alike.
+/// already shows a newer run, in one statement (an evaluation that makes runs of hundreds of
+/// automations would otherwise send one UPDATE each, inside the applier's transaction).
 async fn follow_newest_many<C: ConnectionTrait>(
     conn: &C,
     moved: &[(&str, DateTime<Utc>, AutomationRunStatus)],
 ) -> Result<(), DbErr> {
-    let backend = conn.get_database_backend();
-    for chunk in moved.chunks(300) {
-        let mut rows = Vec::with_capacity(chunk.len());
-        let mut values: Vec<sea_orm::Value> = Vec::with_capacity(chunk.len() * 3);
-        for (automation_id, at, to) in chunk {
-            let n = values.len();
-            rows.push(match backend {
-                sea_orm::DbBackend::Postgres => {
-                    format!("(${}, ${}::timestamptz, ${})", n + 1, n + 2, n + 3)
-                }
-                _ => "(?, ?, ?)".to_string(),
-            });
-            values.push((*automation_id).into());
-            values.push((*at).into());
-            values.push(to.as_str().into());
-        }
-        let sql = format!(
-            "UPDATE automations SET last_run_at = v.column2, last_run_status = v.column3 \
-             FROM (VALUES {}) AS v \
-             WHERE automations.id = v.column1 \
-             AND (automations.last_run_at IS NULL OR automations.last_run_at <= v.column2)",
-            rows.join(", ")
-        );
-        conn.execute_raw(sea_orm::Statement::from_sql_and_values(
-            backend, sql, values,
-        ))
-        .await?;
-    }
+    const LAST_RUN: crate::db::RowsUpdate = crate::db::RowsUpdate {
+        table: "automations",
+        types: &["text", "timestamptz", "text"],
+        set: "last_run_at = v.column2, last_run_status = v.column3",
+        and_where: "automations.last_run_at IS NULL OR automations.last_run_at <= v.column2",
+    };
+    let rows = moved
+        .iter()
+        .map(|(automation_id, at, to)| {
+            vec![(*automation_id).into(), (*at).into(), to.as_str().into()]
+        })
+        .collect();
+    LAST_RUN.exec(conn, rows).await?;
     Ok(())
 }
 
@@ -246,35 +230,58 @@ pub async fn transition_run<C: ConnectionTrait>(
     to: AutomationRunStatus,
     change: Transition,
 ) -> Result<(), DbErr> {
+    transition_runs(conn, vec![(run, to, change)]).await
+}
+
+/// Moves each run to its status with its changes, in one statement per few thousand runs (a
+/// processor's batch holds the write lock meanwhile), leaving the automations' last-run fields
+/// to the caller.
+pub async fn transition_runs<C: ConnectionTrait>(
+    conn: &C,
+    moves: Vec<(&automation_run::Model, AutomationRunStatus, Transition)>,
+) -> Result<(), DbErr> {
+    // What a transition leaves unset keeps the row's value (`COALESCE`); the lease is kept
+    // only when asked.
+    const MOVE: crate::db::RowsUpdate = crate::db::RowsUpdate {
+        table: "automation_runs",
+        types: &[
+            "text",
+            "text",
+            "timestamptz",
+            "text",
+            "text",
+            "text",
+            "jsonb",
+            "timestamptz",
+            "integer",
+        ],
+        set: "status = v.column2, updated_at = v.column3, \
+              skip_reason = COALESCE(v.column4, automation_runs.skip_reason), \
+              title = COALESCE(v.column5, automation_runs.title), \
+              message = COALESCE(v.column6, automation_runs.message), \
+              warnings = COALESCE(v.column7, automation_runs.warnings), \
+              finished_at = COALESCE(v.column8, automation_runs.finished_at), \
+              lease_until = CASE WHEN v.column9 = 1 THEN automation_runs.lease_until ELSE NULL END",
+        and_where: "",
+    };
     let now = Utc::now();
-    let mut update = automation_run::Entity::update_many()
-        .col_expr(automation_run::Column::Status, Expr::value(to))
-        .col_expr(automation_run::Column::UpdatedAt, Expr::value(now));
-    if let Some(r) = change.skip_reason {
-        update = update.col_expr(automation_run::Column::SkipReason, Expr::value(Some(r)));
-    }
-    if let Some(t) = change.title {
-        update = update.col_expr(automation_run::Column::Title, Expr::value(Some(t)));
-    }
-    if let Some(m) = change.message {
-        update = update.col_expr(automation_run::Column::Message, Expr::value(Some(m)));
-    }
-    if let Some(w) = change.warnings {
-        update = update.col_expr(automation_run::Column::Warnings, Expr::value(json!(w)));
-    }
-    if change.finished {
-        update = update.col_expr(automation_run::Column::FinishedAt, Expr::value(Some(now)));
-    }
-    if !change.keep_lease {
-        update = update.col_expr(
-            automation_run::Column::LeaseUntil,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        );
-    }
-    update
-        .filter(automation_run::Column::Id.eq(&run.id))
-        .exec(conn)
-        .await?;
+    let rows = moves
+        .into_iter()
+        .map(|(run, to, change)| {
+            vec![
+                run.id.clone().into(),
+                to.as_str().into(),
+                now.into(),
+                change.skip_reason.into(),
+                change.title.into(),
+                change.message.into(),
+                sea_orm::Value::Json(change.warnings.map(|w| Box::new(json!(w)))),
+                change.finished.then_some(now).into(),
+                i32::from(change.keep_lease).into(),
+            ]
+        })
+        .collect();
+    MOVE.exec(conn, rows).await?;
     Ok(())
 }
 

@@ -5,10 +5,7 @@
 use std::{sync::OnceLock, time::Duration};
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    Set,
-};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, Set};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -339,45 +336,53 @@ pub async fn record_attempts<C: ConnectionTrait>(
     conn: &C,
     done: &Attempted,
 ) -> Result<(), sea_orm::DbErr> {
-    use sea_orm::sea_query::Expr;
-    let now = Utc::now();
-    let next = match done.status {
-        DeliveryStatus::Retrying => Some(now + background_backoff(done.attempts)),
-        _ => None,
+    record_attempts_of(conn, std::slice::from_ref(done)).await
+}
+
+/// [`record_attempts`] for many deliveries, in one statement per few thousand (an automation
+/// processor's batch records them while it holds the write lock).
+pub async fn record_attempts_of<C: ConnectionTrait>(
+    conn: &C,
+    done: &[Attempted],
+) -> Result<(), sea_orm::DbErr> {
+    const RECORD: crate::db::RowsUpdate = crate::db::RowsUpdate {
+        table: "notification_deliveries",
+        types: &[
+            "text",
+            "text",
+            "integer",
+            "integer",
+            "text",
+            "timestamptz",
+            "jsonb",
+            "timestamptz",
+        ],
+        set: "status = v.column2, attempts = v.column3, http_status = v.column4, \
+              error = v.column5, next_attempt_at = v.column6, lease_until = NULL, \
+              attempt_log = v.column7, updated_at = v.column8",
+        and_where: "",
     };
-    notification_delivery::Entity::update_many()
-        .col_expr(
-            notification_delivery::Column::Status,
-            Expr::value(done.status),
-        )
-        .col_expr(
-            notification_delivery::Column::Attempts,
-            Expr::value(done.attempts),
-        )
-        .col_expr(
-            notification_delivery::Column::HttpStatus,
-            Expr::value(done.http_status.map(i32::from)),
-        )
-        .col_expr(
-            notification_delivery::Column::Error,
-            Expr::value(done.error.clone()),
-        )
-        .col_expr(
-            notification_delivery::Column::NextAttemptAt,
-            Expr::value(next),
-        )
-        .col_expr(
-            notification_delivery::Column::LeaseUntil,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
-        .col_expr(
-            notification_delivery::Column::AttemptLog,
-            Expr::value(Value::Array(done.log.clone())),
-        )
-        .col_expr(notification_delivery::Column::UpdatedAt, Expr::value(now))
-        .filter(notification_delivery::Column::Id.eq(done.delivery_id.as_str()))
-        .exec(conn)
-        .await?;
+    let now = Utc::now();
+    let rows = done
+        .iter()
+        .map(|d| {
+            let next = match d.status {
+                DeliveryStatus::Retrying => Some(now + background_backoff(d.attempts)),
+                _ => None,
+            };
+            vec![
+                d.delivery_id.clone().into(),
+                d.status.as_str().into(),
+                d.attempts.into(),
+                d.http_status.map(i32::from).into(),
+                d.error.clone().into(),
+                next.into(),
+                sea_orm::Value::Json(Some(Box::new(Value::Array(d.log.clone())))),
+                now.into(),
+            ]
+        })
+        .collect();
+    RECORD.exec(conn, rows).await?;
     Ok(())
 }
 
