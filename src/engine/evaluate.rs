@@ -315,11 +315,26 @@ pub struct Identities {
 }
 
 impl Identities {
+    /// The users and customers the events name (a user's customer too).
     pub async fn load<C: ConnectionTrait>(
         conn: &C,
         events: &[AppliedEvent],
     ) -> Result<Self, DbErr> {
-        let user_ids: HashSet<&str> = events.iter().filter_map(|e| e.user_id.as_deref()).collect();
+        Self::of(
+            conn,
+            events.iter().filter_map(|e| e.user_id.as_deref()),
+            events.iter().filter_map(|e| e.customer_id.as_deref()),
+        )
+        .await
+    }
+
+    /// These users and customers, and the users' customers: two queries per 500 ids.
+    pub async fn of<'a, C: ConnectionTrait>(
+        conn: &C,
+        user_ids: impl Iterator<Item = &'a str>,
+        customer_ids: impl Iterator<Item = &'a str>,
+    ) -> Result<Self, DbErr> {
+        let user_ids: HashSet<&str> = user_ids.collect();
         let mut me = Self::default();
         for chunk in user_ids.into_iter().collect::<Vec<_>>().chunks(500) {
             for u in user::Entity::find()
@@ -330,9 +345,8 @@ impl Identities {
                 me.users.insert(u.id.clone(), u);
             }
         }
-        let customer_ids: HashSet<String> = events
-            .iter()
-            .filter_map(|e| e.customer_id.clone())
+        let customer_ids: HashSet<String> = customer_ids
+            .map(str::to_string)
             .chain(me.users.values().filter_map(|u| u.customer_id.clone()))
             .collect();
         for chunk in customer_ids.into_iter().collect::<Vec<_>>().chunks(500) {

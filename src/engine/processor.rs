@@ -27,6 +27,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::{
     config, digest,
+    evaluate::Identities,
     runs::{self, Transition},
 };
 use crate::{
@@ -238,36 +239,51 @@ pub struct SubjectRecords {
     pub customer: Option<customer::Model>,
 }
 
+/// The user id a subject names (a visitor is no stored user) and its customer id, if given.
+fn subject_ids(subject: &Value) -> (Option<&str>, Option<&str>) {
+    let id = subject.get("id").and_then(Value::as_str).unwrap_or("");
+    let user = match subject.get("grain").and_then(Value::as_str) {
+        Some("user") if !id.starts_with("visitor:") => Some(id),
+        _ => None,
+    };
+    (user, subject.get("customerId").and_then(Value::as_str))
+}
+
+/// The users and customers some runs' subjects name, loaded together.
+async fn load_subjects<'a>(
+    db: &DatabaseConnection,
+    subjects: impl Iterator<Item = &'a Value> + Clone,
+) -> Result<Identities, sea_orm::DbErr> {
+    Identities::of(
+        db,
+        subjects.clone().filter_map(|s| subject_ids(s).0),
+        subjects.filter_map(|s| subject_ids(s).1),
+    )
+    .await
+}
+
+/// The subject's user and customer among those loaded, if they are the organization's.
+fn records_of(loaded: &Identities, org: &str, subject: &Value) -> SubjectRecords {
+    let (user_id, customer_id) = subject_ids(subject);
+    let user = user_id
+        .and_then(|id| loaded.users.get(id))
+        .filter(|u| u.organization_id == org)
+        .cloned();
+    let customer = customer_id
+        .or_else(|| user.as_ref().and_then(|u| u.customer_id.as_deref()))
+        .and_then(|id| loaded.customers.get(id))
+        .filter(|c| c.organization_id == org)
+        .cloned();
+    SubjectRecords { user, customer }
+}
+
 pub async fn subject_records(
     db: &DatabaseConnection,
     org: &str,
     subject: &Value,
 ) -> Result<SubjectRecords, sea_orm::DbErr> {
-    let id = subject.get("id").and_then(Value::as_str).unwrap_or("");
-    let user = match subject.get("grain").and_then(Value::as_str) {
-        Some("user") if !id.starts_with("visitor:") => {
-            user::Entity::find_by_id(id.to_string())
-                .filter(user::Column::OrganizationId.eq(org))
-                .one(db)
-                .await?
-        }
-        _ => None,
-    };
-    let customer_id = subject
-        .get("customerId")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| user.as_ref().and_then(|u| u.customer_id.clone()));
-    let customer = match customer_id {
-        Some(cid) => {
-            customer::Entity::find_by_id(cid)
-                .filter(customer::Column::OrganizationId.eq(org))
-                .one(db)
-                .await?
-        }
-        None => None,
-    };
-    Ok(SubjectRecords { user, customer })
+    let loaded = load_subjects(db, std::iter::once(subject)).await?;
+    Ok(records_of(&loaded, org, subject))
 }
 
 /// The customer as `svc_get_customer` shows it with users, revenue and facts; null without one.
@@ -421,11 +437,34 @@ async fn process_together(
         return;
     }
     let customers: Mutex<HashMap<String, Value>> = Mutex::new(HashMap::new());
+    // The batch's users, customers and audiences, read once for all its runs.
+    let subjects =
+        match load_subjects(&state.db, runs.iter().filter_map(|r| r.subject.as_ref())).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                for run in &runs {
+                    fail(state, run, anyhow::anyhow!("loading the subjects: {e}")).await;
+                }
+                return;
+            }
+        };
+    let audiences: HashMap<&str, Option<config::Audience>> = views
+        .iter()
+        .map(|(id, v)| {
+            let audience = config::parse_audience(&v.automation.audience_filter_json).ok();
+            (id.as_str(), audience)
+        })
+        .collect();
+    let batch = Batch {
+        subjects: &subjects,
+        audiences: &audiences,
+        customers: &customers,
+    };
     let prepared = futures::future::join_all(runs.iter().map(|run| async {
         let view = views
             .get(&run.automation_id)
             .ok_or_else(|| anyhow::anyhow!("the automation was deleted"))?;
-        prepare(state, view, run, &customers).await
+        prepare(state, view, run, &batch).await
     }))
     .await;
     let mut work = Vec::new();
@@ -589,22 +628,35 @@ async fn shared_customer_context(
     value
 }
 
+/// What the runs of a batch share, read once.
+struct Batch<'a> {
+    subjects: &'a Identities,
+    audiences: &'a HashMap<&'a str, Option<config::Audience>>,
+    customers: &'a Mutex<HashMap<String, Value>>,
+}
+
 /// What a run comes to: skipped (audience, empty digest, no destination), or its message (the
 /// agent's when the automation has one and it answers, else the template) and body.
 async fn prepare(
     state: &AppState,
     view: &AutomationView,
     run: &automation_run::Model,
-    customers: &Mutex<HashMap<String, Value>>,
+    batch: &Batch<'_>,
 ) -> anyhow::Result<Prepared> {
     let db = &state.db;
     let org = run.organization_id.as_str();
     let automation = &view.automation;
+    let customers = batch.customers;
     let (customer, digest_subjects) = match &run.subject {
         Some(subject) => {
-            let records = subject_records(db, org, subject).await?;
-            let audience = config::parse_audience(&automation.audience_filter_json)
-                .map_err(|_| anyhow::anyhow!("the automation's audienceFilterJson does not fit"))?;
+            let records = records_of(batch.subjects, org, subject);
+            let audience = batch
+                .audiences
+                .get(automation.id.as_str())
+                .and_then(Option::as_ref)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("the automation's audienceFilterJson does not fit")
+                })?;
             if let Err(reason) =
                 audience.admits(records.customer.as_ref(), records.user.as_ref(), Utc::now())
             {
