@@ -1,5 +1,6 @@
 //! Database connection: SQLite by default (WAL), PostgreSQL by `DATABASE_URL`.
 
+mod rows_insert;
 mod rows_update;
 
 use std::time::Duration;
@@ -11,6 +12,7 @@ use sea_orm::{
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
+pub use rows_insert::RowsInsert;
 pub use rows_update::RowsUpdate;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";

@@ -436,6 +436,9 @@ async fn process_together(
     if runs.is_empty() {
         return;
     }
+    // Where a batch's time goes, for `RUST_LOG=custintel::engine=debug`.
+    let started = std::time::Instant::now();
+    let count = runs.len();
     let customers: Mutex<HashMap<String, Value>> = Mutex::new(HashMap::new());
     // The batch's users, customers and audiences, read once for all its runs.
     let subjects =
@@ -519,6 +522,7 @@ async fn process_together(
     }
     let moved: Vec<(&automation_run::Model, AutomationRunStatus)> =
         moves.iter().map(|(run, to, _)| (*run, *to)).collect();
+    let prepared_at = started.elapsed();
     let written: Result<(), sea_orm::DbErr> = async {
         let txn = crate::db::begin_write(&state.db).await?;
         runs::transition_runs(&txn, moves).await?;
@@ -536,6 +540,7 @@ async fn process_together(
         }
         return;
     }
+    let written_at = started.elapsed();
     // 2. Every delivery at once.
     let attempted = futures::future::join_all(
         sends
@@ -543,6 +548,7 @@ async fn process_together(
             .map(|(_, id, dest, body)| attempt_with_retries(&state.secrets, id, dest, body)),
     )
     .await;
+    let sent_at = started.elapsed();
     // 3. Results and final statuses, in one transaction of a few statements.
     let mut moves = Vec::new();
     for (run, prep) in &work {
@@ -575,6 +581,15 @@ async fn process_together(
         txn.commit().await
     }
     .await;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    tracing::debug!(
+        runs = count,
+        prepare_ms = ms(prepared_at),
+        write_ms = ms(written_at - prepared_at),
+        send_ms = ms(sent_at - written_at),
+        record_ms = ms(started.elapsed() - sent_at),
+        "batch of runs processed"
+    );
     if let Err(e) = finished {
         // The deliveries were made; their rows stay leased until the lease lapses, then the
         // worker and the settling of runs finish them.

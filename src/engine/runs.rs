@@ -10,8 +10,8 @@ use entity::{
 };
 use sea_orm::{
     sea_query::{Expr, ExprTrait, Query},
-    ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set, TryInsertResult,
+    ActiveValue, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, Set,
 };
 use serde_json::{json, Value};
 
@@ -90,52 +90,69 @@ pub async fn insert_new<C: ConnectionTrait>(
     conn: &C,
     candidates: Vec<automation_run::ActiveModel>,
 ) -> Result<usize, DbErr> {
+    // The values moved in, no query builder between: evaluation writes thousands of runs a
+    // second at ingest's peak, inside the applier's transaction.
+    const RUNS: crate::db::RowsInsert = crate::db::RowsInsert {
+        into: "automation_runs (id, organization_id, automation_id, dedupe_key, status, \
+               triggered_at, started_at, finished_at, config_hash, subject, digest_since, \
+               skip_reason, title, message, warnings, events, signals, processor_attempts, \
+               lease_until, updated_at)",
+        width: 20,
+        tail: "ON CONFLICT (automation_id, dedupe_key) DO NOTHING RETURNING id",
+    };
+    let json = |mut v: ActiveValue<Value>| sea_orm::Value::Json(v.take().map(Box::new));
     let mut seen = std::collections::HashSet::new();
-    let fresh: Vec<automation_run::ActiveModel> = candidates
-        .into_iter()
-        .filter(|r| {
-            seen.insert((
-                r.automation_id.clone().unwrap(),
-                r.dedupe_key.clone().unwrap(),
-            ))
-        })
-        .collect();
-    let made: std::collections::HashMap<String, (String, DateTime<Utc>)> = fresh
-        .iter()
-        .map(|r| {
-            (
-                r.id.clone().unwrap(),
-                (
-                    r.automation_id.clone().unwrap(),
-                    r.triggered_at.clone().unwrap(),
-                ),
-            )
-        })
-        .collect();
-    let mut inserted = 0;
-    let mut newest: std::collections::HashMap<String, DateTime<Utc>> = Default::default();
-    // 21 columns: 1,000 rows stay under every backend's bound-parameter limit.
-    let mut rows = fresh.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(1_000).collect();
-        let result = automation_run::Entity::insert_many(chunk)
-            .on_conflict_do_nothing_on([
-                automation_run::Column::AutomationId,
-                automation_run::Column::DedupeKey,
-            ])
-            .exec_with_returning_keys(conn)
-            .await?;
-        let TryInsertResult::Inserted(ids) = result else {
+    let mut made: std::collections::HashMap<String, (String, DateTime<Utc>)> = Default::default();
+    let mut values = Vec::with_capacity(candidates.len() * 20);
+    for mut r in candidates {
+        let (Some(id), Some(automation_id), Some(dedupe_key), Some(triggered_at)) = (
+            r.id.take(),
+            r.automation_id.take(),
+            r.dedupe_key.take(),
+            r.triggered_at.take(),
+        ) else {
             continue;
         };
-        for id in ids {
-            let Some((automation_id, at)) = made.get(&id) else {
-                continue;
-            };
-            inserted += 1;
-            let entry = newest.entry(automation_id.clone()).or_insert(*at);
-            *entry = std::cmp::max(*entry, *at);
+        if !seen.insert((automation_id.clone(), dedupe_key.clone())) {
+            continue;
         }
+        made.insert(id.clone(), (automation_id.clone(), triggered_at));
+        values.extend([
+            id.into(),
+            r.organization_id.take().into(),
+            automation_id.into(),
+            dedupe_key.into(),
+            r.status
+                .take()
+                .unwrap_or(AutomationRunStatus::Pending)
+                .as_str()
+                .into(),
+            triggered_at.into(),
+            r.started_at.take().flatten().into(),
+            r.finished_at.take().flatten().into(),
+            r.config_hash.take().flatten().into(),
+            sea_orm::Value::Json(r.subject.take().flatten().map(Box::new)),
+            r.digest_since.take().flatten().into(),
+            r.skip_reason.take().flatten().into(),
+            r.title.take().flatten().into(),
+            r.message.take().flatten().into(),
+            json(r.warnings),
+            json(r.events),
+            json(r.signals),
+            r.processor_attempts.take().unwrap_or(0).into(),
+            r.lease_until.take().flatten().into(),
+            r.updated_at.take().unwrap_or(triggered_at).into(),
+        ]);
+    }
+    let mut inserted = 0;
+    let mut newest: std::collections::HashMap<String, DateTime<Utc>> = Default::default();
+    for id in RUNS.returning(conn, values).await? {
+        let Some((automation_id, at)) = made.remove(&id) else {
+            continue;
+        };
+        inserted += 1;
+        let entry = newest.entry(automation_id).or_insert(at);
+        *entry = std::cmp::max(*entry, at);
     }
     let moved: Vec<_> = newest
         .iter()

@@ -218,12 +218,15 @@ async fn apply_from_own_file(
     file: &DatabaseConnection,
     rules: &mut crate::engine::evaluate::RulesCache,
 ) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
+    let started = std::time::Instant::now();
     let mark = journal::applied_through(main).await?;
     let mut entries = journal::read_after(file, mark, BATCHES_PER_APPLY).await?;
     let Some(last) = entries.last().map(|e| e.seq) else {
         return Ok(None);
     };
+    let read = started.elapsed();
     let txn = crate::db::begin_write(main).await?;
+    let locked = started.elapsed();
     if !journal::advance_applied(&txn, mark, last).await? {
         // Another process applied these meanwhile; read again from its mark.
         txn.rollback().await?;
@@ -231,11 +234,22 @@ async fn apply_from_own_file(
     }
     let mut batches: Vec<&mut Batch> = entries.iter_mut().map(|e| &mut e.batch).collect();
     let runs_created = effects::write_batches(&txn, &mut batches, rules).await?;
+    let written = started.elapsed();
     txn.commit().await?;
+    let committed = started.elapsed();
     if let Err(e) = journal::remove_through(file, last).await {
         // Harmless: the mark covers them, the next apply deletes them.
         tracing::warn!(error = %e, "could not delete applied batches from the journal");
     }
+    tracing::debug!(
+        batches = entries.len(),
+        read_ms = read.as_secs_f64() * 1e3,
+        lock_wait_ms = (locked - read).as_secs_f64() * 1e3,
+        write_ms = (written - locked).as_secs_f64() * 1e3,
+        commit_ms = (committed - written).as_secs_f64() * 1e3,
+        remove_ms = (started.elapsed() - committed).as_secs_f64() * 1e3,
+        "applied from the journal file"
+    );
     // SQLite does not queue writers: one waiting for the main file's lock tries every
     // millisecond, and an applier with a backlog would begin its next transaction before that
     // try (the automation processor waited for whole ingest phases). Leave it a chance.

@@ -3,13 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use entity::event;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value as DbValue};
+use sea_orm::{ConnectionTrait, DbErr, Value as DbValue};
 use serde_json::Value;
 
 /// Columns per event row.
 const COLUMNS: usize = 13;
-/// Rows per INSERT: 13 x 1,000 parameters stays under SQLite's 32,766 and PostgreSQL's 65,535.
-pub const ROWS_PER_INSERT: usize = 1_000;
 
 /// One `events` row.
 #[derive(Debug, Clone)]
@@ -70,54 +68,31 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
         .to_string()
 }
 
-/// Inserts rows: one multi-row statement per [`ROWS_PER_INSERT`] rows, its text written once
-/// per size and its values moved in (no query builder between: the values would be copied
-/// twice more on their way to the driver).
+/// Inserts rows in multi-row statements with their values moved in ([`crate::db::RowsInsert`]).
 pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
-    let backend = conn.get_database_backend();
-    let mut rows = rows.into_iter().peekable();
-    let mut full_sql: Option<String> = None;
-    while rows.peek().is_some() {
-        let mut values: Vec<DbValue> = Vec::with_capacity(ROWS_PER_INSERT * COLUMNS);
-        let mut count = 0;
-        for r in rows.by_ref().take(ROWS_PER_INSERT) {
-            values.extend([
-                r.id.into(),
-                r.organization_id.into(),
-                r.message_id.into(),
-                r.event_type.into(),
-                r.event_name.into(),
-                r.visitor_id.into(),
-                r.user_id.into(),
-                r.customer_id.into(),
-                r.url.into(),
-                r.path.into(),
-                r.occurred_at.into(),
-                r.received_at.into(),
-                DbValue::Json(Some(Box::new(r.data))),
-            ]);
-            count += 1;
-        }
-        let sql = if count == ROWS_PER_INSERT {
-            full_sql
-                .get_or_insert_with(|| insert_sql(backend, count))
-                .clone()
-        } else {
-            insert_sql(backend, count)
-        };
-        conn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-            .await?;
+    const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
+        into: "events (id, organization_id, message_id, event_type, event_name, visitor_id, \
+               user_id, customer_id, url, path, occurred_at, received_at, data)",
+        width: COLUMNS,
+        tail: "",
+    };
+    let mut values: Vec<DbValue> = Vec::with_capacity(rows.len() * COLUMNS);
+    for r in rows {
+        values.extend([
+            r.id.into(),
+            r.organization_id.into(),
+            r.message_id.into(),
+            r.event_type.into(),
+            r.event_name.into(),
+            r.visitor_id.into(),
+            r.user_id.into(),
+            r.customer_id.into(),
+            r.url.into(),
+            r.path.into(),
+            r.occurred_at.into(),
+            r.received_at.into(),
+            DbValue::Json(Some(Box::new(r.data))),
+        ]);
     }
-    Ok(())
-}
-
-/// `INSERT INTO events (...) VALUES (...), ...` for `rows` rows, in the backend's placeholders.
-fn insert_sql(backend: DbBackend, rows: usize) -> String {
-    let row = format!("({})", vec!["?"; COLUMNS].join(", "));
-    let sql = format!(
-        "INSERT INTO events (id, organization_id, message_id, event_type, event_name, \
-         visitor_id, user_id, customer_id, url, path, occurred_at, received_at, data) VALUES {}",
-        vec![row.as_str(); rows].join(", ")
-    );
-    super::dedup::placeholders(backend, &sql)
+    EVENTS.exec(conn, values).await
 }

@@ -77,6 +77,8 @@ pub async fn write_batches<C: ConnectionTrait>(
     batches: &mut [&mut Batch],
     rules: &mut engine::evaluate::RulesCache,
 ) -> Result<usize, DbErr> {
+    // Where an apply's time goes, for `RUST_LOG=custintel::ingest=debug`.
+    let started = std::time::Instant::now();
     let mut group = Group::default();
     {
         let shared: Vec<&Batch> = batches.iter().map(|b| &**b).collect();
@@ -96,6 +98,7 @@ pub async fn write_batches<C: ConnectionTrait>(
             row.data = std::mem::take(&mut event.data);
         }
     }
+    let effects_done = started.elapsed();
     let rules = rules.get(conn).await?;
     // Only events some signal names are copied for evaluation.
     let candidates: Vec<AppliedEvent> = if rules.is_empty() {
@@ -109,9 +112,23 @@ pub async fn write_batches<C: ConnectionTrait>(
             .collect()
     };
     let rows = std::mem::take(&mut group.rows);
+    let events = rows.len();
     store::insert_events(conn, rows).await?;
+    let inserted = started.elapsed();
     flush(conn, group).await?;
-    engine::evaluate::evaluate(conn, &rules, &candidates).await
+    let flushed = started.elapsed();
+    let runs = engine::evaluate::evaluate(conn, &rules, &candidates).await?;
+    tracing::debug!(
+        events,
+        candidates = candidates.len(),
+        runs,
+        effects_ms = effects_done.as_secs_f64() * 1e3,
+        insert_ms = (inserted - effects_done).as_secs_f64() * 1e3,
+        flush_ms = (flushed - inserted).as_secs_f64() * 1e3,
+        evaluate_ms = (started.elapsed() - flushed).as_secs_f64() * 1e3,
+        "group written"
+    );
+    Ok(runs)
 }
 
 /// Applies one batch to the group: who the batch is, then each event's effect, then the event's
