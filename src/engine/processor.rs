@@ -54,9 +54,13 @@ const IDLE_POLL: Duration = Duration::from_millis(100);
 const SETTLE_EVERY: Duration = Duration::from_secs(1);
 /// How often old signal hits are removed.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
-/// While ingest is saturated the processor claims one batch per this interval (it gives the
-/// cores and the write lock to acknowledgements, and still makes progress; docs/decisions.md).
+/// While ingest is saturated the processor claims [`SATURATED_BATCH`] runs per this interval
+/// (it gives the cores to acknowledgements, and still makes progress; docs/decisions.md).
 const SATURATED_CLAIM_EVERY: Duration = Duration::from_secs(1);
+/// Runs claimed per [`SATURATED_CLAIM_EVERY`] while ingest is saturated: a trickle. Whole
+/// batches of 128 a second took a fifth of a saturated peak's acknowledgements on a large
+/// database (docs/performance.md).
+const SATURATED_BATCH: usize = 16;
 /// ... unless the runs it claims have waited this long: then it works at full speed whatever
 /// ingest does, so a sustained overload delays deliveries by a bounded time.
 const MOST_GIVING_WAY: chrono::Duration = chrono::Duration::seconds(30);
@@ -134,13 +138,14 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
             }
             let free = permits.available_permits();
-            let giving_way =
-                !behind && ingest_load.saturated() && last_claim.elapsed() < SATURATED_CLAIM_EVERY;
+            let saturated = !behind && ingest_load.saturated();
+            let giving_way = saturated && last_claim.elapsed() < SATURATED_CLAIM_EVERY;
+            let limit = if saturated { SATURATED_BATCH } else { BATCH };
             let claimed =
                 if free == 0 || giving_way || PAUSED.load(std::sync::atomic::Ordering::Relaxed) {
                     Ok(Vec::new())
                 } else {
-                    claim(&state.db, free.min(BATCH) as u64).await
+                    claim(&state.db, free.min(limit) as u64).await
                 };
             match claimed {
                 Ok(batch) if !batch.is_empty() => {

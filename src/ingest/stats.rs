@@ -121,8 +121,9 @@ impl IngestStats {
     }
 }
 
-/// Whether ingest is saturated: the acknowledging writer was busy for nearly all of the last
-/// sampling interval (requests wait for it) and what it waits for is something background work
+/// Whether ingest is saturated: the acknowledging writer was busy for nearly all of a second
+/// (requests wait for it), and saturation holds until two seconds pass without such a quarter
+/// second and what it waits for is something background work
 /// takes from it. Background work (the automation processor) slows down while it says so.
 /// - On SQLite every write transaction holds the one write lock, so a busy writer is waiting on
 ///   the other writers: the writer alone decides.
@@ -134,7 +135,11 @@ pub struct WriterLoad {
     busy_us: u64,
     cpu: Option<CpuTimes>,
     read_cpu: fn() -> Option<CpuTimes>,
-    saturated: bool,
+    /// Saturated until then: the answer holds for [`WriterLoad::HOLD`] after the latest
+    /// saturated interval.
+    saturated_until: Option<std::time::Instant>,
+    /// Saturated intervals in a row, up to the latest.
+    streak: u32,
 }
 
 impl WriterLoad {
@@ -150,7 +155,8 @@ impl WriterLoad {
             busy_us: STATS.writer_busy_us.load(Ordering::Relaxed),
             cpu: read_cpu(),
             read_cpu,
-            saturated: false,
+            saturated_until: None,
+            streak: 0,
         }
     }
 }
@@ -161,8 +167,17 @@ impl WriterLoad {
     /// Busy fraction (of the writer, and of the CPUs) at and above which ingest counts as
     /// saturated.
     const SATURATED: f64 = 0.9;
+    /// Consecutive saturated intervals (one second) that make ingest saturated: single
+    /// intervals come and go at loads the machine carries (a checkpoint, a long apply).
+    const ENTER: u32 = 4;
+    /// How long saturation holds after its latest saturated interval. Whatever gives way while
+    /// ingest is saturated takes the cores back as soon as an interval falls below the bar,
+    /// which its own work then causes: without this hold, the automation processor flapped
+    /// back to whole batches within a peak (docs/performance.md).
+    const HOLD: std::time::Duration = std::time::Duration::from_secs(2);
 
-    /// The answer of the latest interval of at least 250 ms.
+    /// Saturated once [`Self::ENTER`] intervals in a row were, and until [`Self::HOLD`] has
+    /// passed without a saturated interval.
     pub fn saturated(&mut self) -> bool {
         let elapsed = self.sampled_at.elapsed();
         if elapsed >= Self::INTERVAL {
@@ -176,12 +191,22 @@ impl WriterLoad {
                 (Some(before), Some(now)) => now.busy_since(before),
                 _ => 1.0,
             };
-            self.saturated = writer >= Self::SATURATED && cpu >= Self::SATURATED;
+            let now = std::time::Instant::now();
+            let holding = self.saturated_until.is_some_and(|until| now < until);
+            if writer >= Self::SATURATED && cpu >= Self::SATURATED {
+                self.streak += 1;
+                if holding || self.streak >= Self::ENTER {
+                    self.saturated_until = Some(now + Self::HOLD);
+                }
+            } else {
+                self.streak = 0;
+            }
             self.busy_us = busy;
             self.cpu = cpu_now;
             self.sampled_at = std::time::Instant::now();
         }
-        self.saturated
+        self.saturated_until
+            .is_some_and(|until| std::time::Instant::now() < until)
     }
 }
 
@@ -255,14 +280,19 @@ mod tests {
         let half = WriterLoad::INTERVAL.as_micros() as u64 / 2;
         STATS.writer_busy_us.fetch_add(half, Ordering::Relaxed);
         assert!(!load.saturated());
-        // A whole interval busy (a group that waited for the write lock throughout): saturated,
-        // and the answer holds until the next interval is sampled.
-        std::thread::sleep(WriterLoad::INTERVAL);
+        // Whole intervals busy (groups that waited for the write lock throughout): saturated
+        // after ENTER of them in a row, and the answer holds for HOLD after the latest, idle
+        // intervals or not.
         let whole = WriterLoad::INTERVAL.as_micros() as u64 * 2;
-        STATS.writer_busy_us.fetch_add(whole, Ordering::Relaxed);
-        assert!(load.saturated());
+        for i in 1..=WriterLoad::ENTER {
+            std::thread::sleep(WriterLoad::INTERVAL);
+            STATS.writer_busy_us.fetch_add(whole, Ordering::Relaxed);
+            assert_eq!(load.saturated(), i == WriterLoad::ENTER, "interval {i}");
+        }
         assert!(load.saturated());
         std::thread::sleep(WriterLoad::INTERVAL);
-        assert!(!load.saturated(), "an idle interval ends it");
+        assert!(load.saturated(), "one idle interval does not end it");
+        std::thread::sleep(WriterLoad::HOLD);
+        assert!(!load.saturated(), "idle intervals for HOLD end it");
     }
 }
