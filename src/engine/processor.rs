@@ -57,9 +57,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// While ingest is saturated the processor claims [`SATURATED_BATCH`] runs per this interval
 /// (it gives the cores to acknowledgements, and still makes progress; docs/decisions.md).
 const SATURATED_CLAIM_EVERY: Duration = Duration::from_secs(1);
-/// Runs claimed per [`SATURATED_CLAIM_EVERY`] while ingest is saturated: a trickle. Whole
-/// batches of 128 a second took a fifth of a saturated peak's acknowledgements on a large
-/// database (docs/performance.md).
+/// Runs claimed per [`SATURATED_CLAIM_EVERY`] while ingest is saturated: a trickle. Batches of
+/// 128, with saturation flapping off between them, took 10-25% of a saturated peak's
+/// acknowledgements on a large database (docs/performance.md).
 const SATURATED_BATCH: usize = 16;
 /// ... unless the runs it claims have waited this long: then it works at full speed whatever
 /// ingest does, so a sustained overload delays deliveries by a bounded time.
