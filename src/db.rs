@@ -168,3 +168,22 @@ pub async fn migrate(db: &DatabaseConnection) -> anyhow::Result<()> {
     Migrator::up(db, None).await?;
     Ok(())
 }
+
+/// Rewrites `?` placeholders as `$n` for PostgreSQL.
+pub fn placeholders(backend: sea_orm::DbBackend, sql: &str) -> String {
+    if backend != sea_orm::DbBackend::Postgres {
+        return sql.to_string();
+    }
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -78,7 +78,7 @@ impl RowsInsert<'_> {
                 vec![row.as_str(); rows].join(", "),
                 self.tail
             );
-            crate::ingest::dedup::placeholders(backend, &sql)
+            crate::db::placeholders(backend, &sql)
         };
         let mut full: Option<String> = None;
         let mut out = Vec::new();

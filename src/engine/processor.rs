@@ -456,8 +456,10 @@ async fn process_together(
                 return;
             }
         };
-    let audiences: HashMap<&str, Option<config::Audience>> = views
+    // Only the automations of these runs (a run processed alone comes here by itself).
+    let audiences: HashMap<&str, Option<config::Audience>> = runs
         .iter()
+        .filter_map(|r| views.get_key_value(&r.automation_id))
         .map(|(id, v)| {
             let audience = config::parse_audience(&v.automation.audience_filter_json).ok();
             (id.as_str(), audience)

@@ -162,7 +162,7 @@ impl MemoryWindow {
             let rows = conn
                 .query_all_raw(Statement::from_sql_and_values(
                     backend,
-                    placeholders(
+                    crate::db::placeholders(
                         backend,
                         "SELECT id, organization_id, message_id, received_at FROM events \
                          WHERE id > ? ORDER BY id LIMIT 20000",
@@ -198,25 +198,6 @@ impl MemoryWindow {
         }
         Ok(())
     }
-}
-
-/// Rewrites `?` placeholders as `$n` for PostgreSQL.
-pub fn placeholders(backend: DbBackend, sql: &str) -> String {
-    if backend != DbBackend::Postgres {
-        return sql.to_string();
-    }
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut n = 0;
-    for c in sql.chars() {
-        if c == '?' {
-            n += 1;
-            out.push('$');
-            out.push_str(&n.to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// PostgreSQL: claims messages in the caller's transaction and answers those that are new

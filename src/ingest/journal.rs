@@ -219,7 +219,7 @@ pub async fn advance_applied<C: ConnectionTrait>(
     let done = main
         .execute_raw(Statement::from_sql_and_values(
             backend,
-            super::dedup::placeholders(
+            crate::db::placeholders(
                 backend,
                 "UPDATE ingest_applied SET seq = ? WHERE id = 1 AND seq = ?",
             ),
@@ -281,7 +281,7 @@ pub async fn append<C: ConnectionTrait>(conn: &C, batches: &[&Batch]) -> Result<
         }
         conn.execute_raw(Statement::from_sql_and_values(
             backend,
-            super::dedup::placeholders(backend, &sql),
+            crate::db::placeholders(backend, &sql),
             values,
         ))
         .await?;
@@ -310,7 +310,7 @@ pub async fn read_after<C: ConnectionTrait>(
     let rows = conn
         .query_all_raw(Statement::from_sql_and_values(
             backend,
-            super::dedup::placeholders(
+            crate::db::placeholders(
                 backend,
                 &format!(
                     "SELECT seq, {batch} FROM ingest_journal WHERE seq > ? ORDER BY seq LIMIT ?"
@@ -341,7 +341,7 @@ pub async fn remove<C: ConnectionTrait>(conn: &C, seqs: &[i64]) -> Result<(), Db
         let values: Vec<DbValue> = chunk.iter().map(|s| (*s).into()).collect();
         conn.execute_raw(Statement::from_sql_and_values(
             backend,
-            super::dedup::placeholders(
+            crate::db::placeholders(
                 backend,
                 &format!("DELETE FROM ingest_journal WHERE seq IN ({marks})"),
             ),
@@ -384,7 +384,7 @@ async fn count_after<C: ConnectionTrait>(
     let row = conn
         .query_one_raw(Statement::from_sql_and_values(
             backend,
-            super::dedup::placeholders(
+            crate::db::placeholders(
                 backend,
                 &format!(
                     "SELECT count(*), CAST(coalesce(sum(event_count), 0) AS BIGINT), \
