@@ -49,15 +49,7 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
                     // the writers; a committing writer checkpoints only past this backstop.
                     .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
             })
-            .map_sqlx_sqlite_pool_opts(|pool| {
-                pool.after_connect(|conn, _| {
-                    Box::pin(async move {
-                        let mut handle = conn.lock_handle().await?;
-                        install_busy_handler(handle.as_raw_handle());
-                        Ok(())
-                    })
-                })
-            });
+            .map_sqlx_sqlite_pool_opts(with_busy_handler);
     } else {
         opts.max_connections(20);
     }
@@ -66,6 +58,47 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
     }
     let db = Database::connect(opts).await?;
     Ok(db)
+}
+
+/// Connections of the background pool on SQLite (the applier, the processor's batches in
+/// flight, schedule ticks).
+const BACKGROUND_CONNECTIONS: u32 = 6;
+
+/// The connections background work uses ([`crate::background`]). On SQLite a pool of its own
+/// over the same file with the same settings, opened lazily: each SQLite connection has a
+/// worker thread of its own, started by the thread that opens it, so connections opened on the
+/// background runtime run at its priority while the request handlers' pool keeps the normal one.
+/// On PostgreSQL (the work is the server's) and for an in-memory SQLite database (a second
+/// pool would be another database), the same pool.
+pub fn background_pool(db: &DatabaseConnection) -> DatabaseConnection {
+    if db.get_database_backend() != sea_orm::DbBackend::Sqlite {
+        return db.clone();
+    }
+    let options = db.get_sqlite_connection_pool().connect_options();
+    let file = options.get_filename().to_string_lossy();
+    if file.is_empty() || file.contains(":memory:") || file.contains("sqlx-in-memory") {
+        return db.clone();
+    }
+    let pool = with_busy_handler(
+        sea_orm::sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(BACKGROUND_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(10)),
+    )
+    .connect_lazy_with((*options).clone());
+    sea_orm::SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
+}
+
+/// Installs [`install_busy_handler`] on each connection a SQLite pool opens.
+fn with_busy_handler(
+    pool: sea_orm::sqlx::sqlite::SqlitePoolOptions,
+) -> sea_orm::sqlx::sqlite::SqlitePoolOptions {
+    pool.after_connect(|conn, _| {
+        Box::pin(async move {
+            let mut handle = conn.lock_handle().await?;
+            install_busy_handler(handle.as_raw_handle());
+            Ok(())
+        })
+    })
 }
 
 /// How long a SQLite writer waits for the write lock before giving up. Writers queue for it

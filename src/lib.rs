@@ -11,6 +11,7 @@ pub mod ops;
 // The domain.
 pub mod agents;
 pub mod auth;
+pub mod background;
 pub mod correlation;
 pub mod crypto;
 pub mod db;

@@ -197,14 +197,11 @@ pub async fn serve(
     // Agents' schedules run on every instance; a tick is claimed once across instances.
     let _agent_schedules =
         crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
-    // The automation engine's processor and schedule ticks run on every instance; runs and
-    // ticks are claimed once across instances.
-    let engine = crate::engine::spawn(state.clone());
-    let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
-    let applier = crate::ingest::applier::Applier::spawn(state.db.clone(), window);
     let mut checkpointers: Vec<_> = crate::db::spawn_wal_checkpointer(&state.db)
         .into_iter()
         .collect();
+    // Opened here, before any background task: the journal file's shared connections serve
+    // the acknowledging writer and must be opened at the normal priority.
     match crate::ingest::journal::Journal::of(&state.db).await {
         Ok(journal) => checkpointers.extend(
             journal
@@ -215,6 +212,23 @@ pub async fn serve(
             tracing::warn!(error = %e, "could not open the ingest journal at start (the writer retries)")
         }
     }
+    // Applying effects, evaluating signals and working automation runs give way to requests
+    // on a saturated machine: a runtime and connections of their own at a lower priority.
+    let background = crate::background::Background::start()?;
+    let background_state = crate::state::AppState {
+        db: crate::db::background_pool(&state.db),
+        ..state.clone()
+    };
+    let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
+    let (engine, applier) = {
+        let _on_background = background.handle().enter();
+        // The automation engine's processor and schedule ticks run on every instance; runs
+        // and ticks are claimed once across instances.
+        (
+            crate::engine::spawn(background_state.clone()),
+            crate::ingest::applier::Applier::spawn(background_state.db.clone(), window),
+        )
+    };
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
     // connections, requests in flight answered after their commits, then what was
     // acknowledged is applied, all within `SHUTDOWN_LIMIT`.

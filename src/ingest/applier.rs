@@ -93,7 +93,8 @@ async fn run(
         } else {
             match &journal {
                 Some(j) => apply_next(j, &mut rules).await,
-                None => Journal::of(&db).await.map(|j| {
+                // Connections of its own to the journal file, opened on this task's runtime.
+                None => Journal::of_unshared(&db).await.map(|j| {
                     journal = Some(j);
                     Some(Applied::default())
                 }),

@@ -69,12 +69,22 @@ impl Journal {
                 file: file.clone(),
             });
         }
-        let url = format!("sqlite://{}?mode=rwc", path.display());
-        let file = crate::db::connect(&url, None)
-            .await
-            .map_err(|e| DbErr::Custom(format!("cannot open the ingest journal {url}: {e}")))?;
-        prepare_own_file(main, &file).await?;
+        let file = open_own_file(main, &path).await?;
         opened.insert(path, file.clone());
+        Ok(Self::OwnFile {
+            main: main.clone(),
+            file,
+        })
+    }
+
+    /// As [`Journal::of`], with connections to the journal file of its own instead of the
+    /// process's shared ones: the background applier's, whose connections run at the
+    /// background priority (`crate::background`) and must not serve the acknowledging writer.
+    pub async fn of_unshared(main: &DatabaseConnection) -> Result<Self, DbErr> {
+        let Some(path) = sqlite_file(main).await? else {
+            return Ok(Self::InDatabase(main.clone()));
+        };
+        let file = open_own_file(main, &own_file_path(&path)).await?;
         Ok(Self::OwnFile {
             main: main.clone(),
             file,
@@ -115,6 +125,19 @@ impl Journal {
 }
 
 /// The file of a SQLite database; `None` on PostgreSQL and for an in-memory database.
+/// Opens (and prepares) the journal file at `path` beside `main`.
+async fn open_own_file(
+    main: &DatabaseConnection,
+    path: &std::path::Path,
+) -> Result<DatabaseConnection, DbErr> {
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let file = crate::db::connect(&url, None)
+        .await
+        .map_err(|e| DbErr::Custom(format!("cannot open the ingest journal {url}: {e}")))?;
+    prepare_own_file(main, &file).await?;
+    Ok(file)
+}
+
 async fn sqlite_file(db: &DatabaseConnection) -> Result<Option<PathBuf>, DbErr> {
     if db.get_database_backend() != DbBackend::Sqlite {
         return Ok(None);

@@ -1,0 +1,84 @@
+//! Background work that can wait while requests cannot: applying acknowledged events' effects,
+//! evaluating signals and working automation runs. It runs on a runtime of its own whose
+//! threads (and the SQLite connections they open) have a lower OS scheduling priority than the
+//! request handlers', so on a saturated machine the kernel gives the CPUs to acknowledging
+//! requests first and the effects catch up when the peak passes; on a machine with CPU to
+//! spare nothing changes. docs/decisions.md ("Background work at a lower priority") says why.
+
+use tokio::runtime::{Handle, Runtime};
+
+/// The nice value of background threads: above the request handlers' 0, so a busy request
+/// thread outweighs a background one about ten to one on a shared core, without starving it.
+pub const NICE: i32 = 10;
+
+/// Worker threads of the background runtime (the applier, the processor's batches in flight).
+const WORKER_THREADS: usize = 2;
+
+/// The background runtime; dropping it stops its tasks (without waiting for them).
+pub struct Background {
+    runtime: Option<Runtime>,
+}
+
+impl Background {
+    /// Starts the runtime's threads at the background priority.
+    pub fn start() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKER_THREADS)
+            .thread_name("custintel-background")
+            .enable_all()
+            .on_thread_start(lower_this_threads_priority)
+            .build()?;
+        Ok(Self {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Where background tasks are spawned.
+    pub fn handle(&self) -> &Handle {
+        match &self.runtime {
+            Some(runtime) => runtime.handle(),
+            None => unreachable!("the runtime is taken only when dropped"),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        // The server's future may be dropped inside another runtime (tests), where a blocking
+        // shutdown is not allowed.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Raises the calling thread's nice value to [`NICE`]; threads it starts inherit it (on Linux
+/// the nice value belongs to the thread). Raising it needs no privilege; where it fails the
+/// thread keeps the normal priority, which is only slower under load.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain system calls on the calling thread's own id.
+        let result = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, NICE)
+        };
+        if result != 0 {
+            tracing::debug!(
+                error = %std::io::Error::last_os_error(),
+                "could not lower a background thread's priority"
+            );
+        }
+    }
+}
+
+/// The nice value of the calling thread (tests).
+#[cfg(target_os = "linux")]
+pub fn this_threads_nice() -> i32 {
+    // SAFETY: as above; getpriority answers -1 both for an error and for nice -1, and errno
+    // tells them apart, which no caller needs here.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::getpriority(libc::PRIO_PROCESS, tid)
+    }
+}
