@@ -82,3 +82,37 @@ pub fn this_threads_nice() -> i32 {
         libc::getpriority(libc::PRIO_PROCESS, tid)
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Tasks, blocking work and threads started from the runtime (as SQLite connections'
+    /// worker threads are) run at the lower priority; the caller's thread keeps its own.
+    #[test]
+    fn background_threads_run_at_the_lower_priority() {
+        let before = this_threads_nice();
+        let background = Background::start().expect("runtime");
+        let handle = background.handle().clone();
+        let (task, blocking, started) = handle.block_on(async {
+            let task = tokio::spawn(async { this_threads_nice() });
+            let blocking = tokio::task::spawn_blocking(this_threads_nice);
+            let started = tokio::spawn(async {
+                std::thread::spawn(this_threads_nice)
+                    .join()
+                    .expect("thread")
+            });
+            (
+                task.await.expect("task"),
+                blocking.await.expect("blocking"),
+                started.await.expect("started"),
+            )
+        });
+        // (A process already past NICE stays where it is: at least NICE either way.)
+        assert!(task >= NICE, "task at nice {task}");
+        assert!(blocking >= NICE, "blocking at nice {blocking}");
+        assert!(started >= NICE, "thread at nice {started}");
+        assert_eq!(this_threads_nice(), before, "the caller's priority changed");
+        drop(background);
+    }
+}
