@@ -75,14 +75,26 @@ impl Hasher for KeyHasher {
 
 type KeyMap = HashMap<MessageKey, u32, BuildHasherDefault<KeyHasher>>;
 
-/// The in-memory window (SQLite). 24 bytes of key and first-seen second per message, in a
-/// hash table kept at most 7/8 full: 28 to 56 bytes per message in the window.
+/// Tables the window is split into, by the key's top bits. A hash table grows by moving every
+/// entry into one twice its size: a single table of 10 million messages stalled the
+/// acknowledging writer (and every request waiting on it) for up to 1.9 s at each doubling and
+/// at each sweep; a table of 1/1024 of them moves in a millisecond or two.
+const SHARD_BITS: u32 = 10;
+const SHARDS: usize = 1 << SHARD_BITS;
+
+/// How long one sweep pass over every table takes (a few tables per group commit).
+const SWEEP_PASS: chrono::Duration = chrono::Duration::minutes(1);
+
+/// The in-memory window (SQLite). 24 bytes of key and first-seen second per message, in hash
+/// tables kept at most 7/8 full: 28 to 56 bytes per message in the window.
 pub struct MemoryWindow {
     window: chrono::Duration,
-    /// First-seen time, as seconds since `epoch`.
-    seen: KeyMap,
+    /// First-seen time, as seconds since `epoch`, in [`SHARDS`] tables.
+    seen: Vec<KeyMap>,
     epoch: i64,
-    last_sweep: DateTime<Utc>,
+    /// When the current sweep pass began, and the next table it sweeps.
+    pass_started: DateTime<Utc>,
+    next_to_sweep: usize,
 }
 
 impl MemoryWindow {
@@ -91,11 +103,12 @@ impl MemoryWindow {
         let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
         Self {
             window,
-            seen: KeyMap::default(),
+            seen: (0..SHARDS).map(|_| KeyMap::default()).collect(),
             // Offsets from a day before the oldest time the window can hold at start (what
             // `load` reads back) fit a u32 for a century.
             epoch: now.timestamp() - window.num_seconds() - 86_400,
-            last_sweep: now,
+            pass_started: now,
+            next_to_sweep: 0,
         }
     }
 
@@ -103,24 +116,31 @@ impl MemoryWindow {
         u32::try_from((at.timestamp() - self.epoch).max(0)).unwrap_or(u32::MAX)
     }
 
+    fn shard(key: &MessageKey) -> usize {
+        (key.0 >> (64 - SHARD_BITS)) as usize
+    }
+
     /// Messages in the window.
     pub fn len(&self) -> usize {
-        self.seen.len()
+        self.seen.iter().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
+        self.seen.iter().all(HashMap::is_empty)
     }
 
-    /// Bytes the table holds (its buckets and control bytes).
+    /// Bytes the tables hold (their buckets and control bytes).
     pub fn memory_bytes(&self) -> usize {
-        self.seen.capacity() * (std::mem::size_of::<(MessageKey, u32)>() + 1)
+        let slots: usize = self.seen.iter().map(HashMap::capacity).sum();
+        slots * (std::mem::size_of::<(MessageKey, u32)>() + 1)
     }
 
     /// Whether a message first seen within the window is known.
     pub fn contains(&self, key: &MessageKey, now: DateTime<Utc>) -> bool {
         let cutoff = self.offset(now - self.window);
-        self.seen.get(key).is_some_and(|first| *first > cutoff)
+        self.seen[Self::shard(key)]
+            .get(key)
+            .is_some_and(|first| *first > cutoff)
     }
 
     /// Records messages stored at `at` (after their commit).
@@ -128,21 +148,31 @@ impl MemoryWindow {
         let t = self.offset(at);
         for k in keys {
             // A message stored again after its window starts a new one.
-            self.seen.insert(k, t);
+            self.seen[Self::shard(&k)].insert(k, t);
         }
     }
 
-    /// Drops what has left the window; cheap to call often (runs at most once a minute).
+    /// Drops what has left the window, a share of the tables at a time: each table is swept
+    /// once per [`SWEEP_PASS`], the tables due by `now` on this call. Cheap to call often.
     pub fn sweep(&mut self, now: DateTime<Utc>) {
-        if now - self.last_sweep < chrono::Duration::minutes(1) {
+        let elapsed = (now - self.pass_started).num_milliseconds().max(0) as u128;
+        let pass = SWEEP_PASS.num_milliseconds() as u128;
+        let due = ((elapsed * SHARDS as u128) / pass).min(SHARDS as u128) as usize;
+        if due <= self.next_to_sweep {
             return;
         }
-        self.last_sweep = now;
         let cutoff = self.offset(now - self.window);
-        self.seen.retain(|_, first| *first > cutoff);
-        // Give memory back after a burst, not after every sweep (a rehash costs a copy).
-        if self.seen.len() < self.seen.capacity() / 4 {
-            self.seen.shrink_to_fit();
+        for table in &mut self.seen[self.next_to_sweep..due] {
+            table.retain(|_, first| *first > cutoff);
+            // Give memory back after a burst, not after every sweep (a rehash costs a copy).
+            if table.len() < table.capacity() / 4 {
+                table.shrink_to_fit();
+            }
+        }
+        self.next_to_sweep = due;
+        if due == SHARDS {
+            self.pass_started = now;
+            self.next_to_sweep = 0;
         }
     }
 
@@ -297,6 +327,36 @@ mod tests {
         assert!(!w.contains(&k, t0 + chrono::Duration::minutes(61)));
         assert!(!w.contains(&message_key("other", "m1"), t0));
         w.sweep(t0 + chrono::Duration::minutes(61));
+        assert!(w.is_empty());
+    }
+
+    /// A sweep pass spreads over a minute: each call sweeps the tables due by then, and
+    /// together they sweep every table once.
+    #[test]
+    fn sweeps_spread_over_a_pass() {
+        let mut w = MemoryWindow::new(Duration::from_secs(60));
+        let t0 = w.pass_started;
+        let keys: Vec<MessageKey> = (0..20_000)
+            .map(|i| message_key("org", &format!("m{i}")))
+            .collect();
+        w.record(keys.iter().copied(), t0 - chrono::Duration::minutes(5));
+        assert_eq!(w.len(), 20_000);
+        // A quarter of the pass: about a quarter of the tables swept, the expired entries in
+        // them dropped, the others kept.
+        w.sweep(t0 + chrono::Duration::seconds(15));
+        let left = w.len();
+        assert!(
+            (13_000..17_000).contains(&left),
+            "{left} left after a quarter"
+        );
+        // Calling again at the same moment sweeps nothing more.
+        w.sweep(t0 + chrono::Duration::seconds(15));
+        assert_eq!(w.len(), left);
+        w.sweep(t0 + chrono::Duration::seconds(60));
+        assert!(w.is_empty());
+        // The next pass starts over: new expired entries go within its minute.
+        w.record(keys.iter().copied(), t0 - chrono::Duration::minutes(5));
+        w.sweep(t0 + chrono::Duration::seconds(121));
         assert!(w.is_empty());
     }
 }

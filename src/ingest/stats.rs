@@ -25,6 +25,9 @@ pub struct IngestStats {
     /// Microseconds the acknowledging writer spent on groups (waiting for the write lock,
     /// writing, committing): how busy ingest is, for work that should give way to it.
     pub writer_busy_us: AtomicU64,
+    /// Bytes the in-memory `messageId` window holds (SQLite), as of the latest group: it grows
+    /// with the messages of the window's length and is sized apart from the rest (benchmarks).
+    pub window_bytes: AtomicU64,
 }
 
 static STATS: IngestStats = IngestStats {
@@ -35,6 +38,7 @@ static STATS: IngestStats = IngestStats {
     lag: [const { AtomicU64::new(0) }; LAG_BUCKETS.len() + 1],
     lag_sum_ms: AtomicU64::new(0),
     writer_busy_us: AtomicU64::new(0),
+    window_bytes: AtomicU64::new(0),
 };
 
 /// The counters of this process.

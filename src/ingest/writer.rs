@@ -125,6 +125,9 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
         if let Repeats::Memory(memory) = &mut repeats {
             memory.sweep(Utc::now());
+            super::stats::stats()
+                .window_bytes
+                .store(memory.memory_bytes() as u64, Relaxed);
         }
     }
 }

@@ -544,7 +544,8 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     // Memory over time, sampled once a second for the whole run.
     // Total RSS includes the SQLite file pages mapped by `mmap_size` (page cache, shared with
     // the OS); anonymous RSS is the process's own memory, the figure that must stay flat.
-    let samples = Arc::new(Mutex::new(Vec::<(u64, u64, u64)>::new()));
+    // (second, total RSS KiB, anonymous RSS KiB, messageId window KiB)
+    let samples = Arc::new(Mutex::new(Vec::<(u64, u64, u64, u64)>::new()));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
         let (samples, sampling) = (samples.clone(), sampling.clone());
@@ -556,6 +557,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
                         t0.elapsed().as_secs(),
                         rss_kib("VmRSS:"),
                         rss_kib("RssAnon:"),
+                        stats::stats().window_bytes.load(Ordering::Relaxed) / 1024,
                     ));
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -702,18 +704,29 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let series: Vec<String> = samples
         .iter()
-        .map(|(t, total, anon)| format!("{t}s:{}/{}MiB", total / 1024, anon / 1024))
+        .map(|(t, total, anon, window)| {
+            format!("{t}s:{}/{}/{}MiB", total / 1024, anon / 1024, window / 1024)
+        })
         .collect();
-    println!("RSS over time (total/anonymous): {}", series.join(" "));
+    println!(
+        "RSS over time (total/anonymous/of which the messageId window): {}",
+        series.join(" ")
+    );
     let half = samples.len() / 2;
-    let second_half: Vec<u64> = samples[half..].iter().map(|(_, _, a)| *a).collect();
-    if let (Some(lo), Some(hi)) = (second_half.iter().min(), second_half.iter().max()) {
-        println!(
-            "anonymous RSS over the second half: {} to {} MiB",
-            lo / 1024,
-            hi / 1024
-        );
-    }
+    let range = |of: &dyn Fn(&(u64, u64, u64, u64)) -> u64| {
+        let values: Vec<u64> = samples[half..].iter().map(of).collect();
+        (
+            values.iter().min().copied().unwrap_or(0) / 1024,
+            values.iter().max().copied().unwrap_or(0) / 1024,
+        )
+    };
+    let (lo, hi) = range(&|(_, _, anon, _)| *anon);
+    println!("anonymous RSS over the second half: {lo} to {hi} MiB");
+    // The window holds every messageId of its length (24 h by default) by design, so it grows
+    // with the events sent within it; the rest of the process should not.
+    let (wlo, whi) = range(&|(_, _, _, window)| *window);
+    let (rlo, rhi) = range(&|(_, _, anon, window)| anon.saturating_sub(*window));
+    println!("  of which the messageId window: {wlo} to {whi} MiB; the rest: {rlo} to {rhi} MiB");
     println!(
         "peak RSS (VmHWM, server and load generator in one process): {} MiB",
         rss_kib("VmHWM:") / 1024
