@@ -108,12 +108,15 @@ pub async fn subjects(
             .filter(|(_, g, _)| *g == Grain::User)
             .map(|(id, _, _)| id.as_str())
             .collect();
+        // By id alone, the organization checked here: with `organization_id = ? AND id IN
+        // (...)` SQLite walks the organization's rows through an organization index instead
+        // of probing the primary key.
         let users: HashMap<String, user::Model> = user::Entity::find()
-            .filter(user::Column::OrganizationId.eq(org))
             .filter(user::Column::Id.is_in(user_ids))
             .all(db)
             .await?
             .into_iter()
+            .filter(|u| u.organization_id == org)
             .map(|u| (u.id.clone(), u))
             .collect();
         let customer_ids: HashSet<String> = chunk
@@ -123,11 +126,11 @@ pub async fn subjects(
             .chain(users.values().filter_map(|u| u.customer_id.clone()))
             .collect();
         let customers: HashMap<String, customer::Model> = customer::Entity::find()
-            .filter(customer::Column::OrganizationId.eq(org))
             .filter(customer::Column::Id.is_in(customer_ids))
             .all(db)
             .await?
             .into_iter()
+            .filter(|c| c.organization_id == org)
             .map(|c| (c.id.clone(), c))
             .collect();
         for (id, grain, resolver) in chunk {

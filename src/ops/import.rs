@@ -712,11 +712,22 @@ impl ChunkRows {
         for (column, values) in [
             (customer::Column::ExternalId, &w.customer_external_ids),
             (customer::Column::Domain, &w.customer_domains),
-            (customer::Column::Id, &w.customer_ids),
         ] {
             let found = find_in::<customer::Entity>(txn, &scope, column, values).await?;
             rows.customers.load(found);
         }
+        // By id alone, the organization checked here: with `organization_id = ? AND id IN
+        // (...)` SQLite walks the organization's customers through an organization index
+        // instead of probing the primary key (150 ms per chunk at 100,000 customers).
+        let mut found = find_in::<customer::Entity>(
+            txn,
+            &Condition::all(),
+            customer::Column::Id,
+            &w.customer_ids,
+        )
+        .await?;
+        found.retain(|c| c.organization_id == org);
+        rows.customers.load(found);
         let scope = Condition::all().add(user::Column::OrganizationId.eq(org));
         for (column, values) in [
             (user::Column::ExternalId, &w.user_external_ids),

@@ -642,26 +642,31 @@ pub async fn load_hits(
         .filter(|h| h.kind == ArtifactKind::Fact)
         .map(|h| h.id.as_str())
         .collect();
+    // By id alone, the organization checked here: with `organization_id = ? AND id IN (...)`
+    // SQLite walks the organization's rows through an organization index instead of probing
+    // the primary key.
     let mut sources: HashMap<String, source::Model> = HashMap::new();
     if !source_ids.is_empty() {
         for s in source::Entity::find()
-            .filter(source::Column::OrganizationId.eq(organization_id))
             .filter(source::Column::Id.is_in(source_ids))
             .all(db)
             .await?
         {
-            sources.insert(s.id.clone(), s);
+            if s.organization_id == organization_id {
+                sources.insert(s.id.clone(), s);
+            }
         }
     }
     let mut facts: HashMap<String, fact::Model> = HashMap::new();
     if !fact_ids.is_empty() {
         for f in fact::Entity::find()
-            .filter(fact::Column::OrganizationId.eq(organization_id))
             .filter(fact::Column::Id.is_in(fact_ids))
             .all(db)
             .await?
         {
-            facts.insert(f.id.clone(), f);
+            if f.organization_id == organization_id {
+                facts.insert(f.id.clone(), f);
+            }
         }
     }
     Ok(hits
