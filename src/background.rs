@@ -72,20 +72,19 @@ fn lower_this_threads_priority() {
     }
 }
 
-/// The nice value of the calling thread (tests).
-#[cfg(target_os = "linux")]
-pub fn this_threads_nice() -> i32 {
-    // SAFETY: as above; getpriority answers -1 both for an error and for nice -1, and errno
-    // tells them apart, which no caller needs here.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::getpriority(libc::PRIO_PROCESS, tid)
-    }
-}
-
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    /// The nice value of the calling thread.
+    fn this_threads_nice() -> i32 {
+        // SAFETY: plain system calls on the calling thread's own id. (getpriority answers -1
+        // both for an error and for nice -1; no caller here needs them apart.)
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::getpriority(libc::PRIO_PROCESS, tid)
+        }
+    }
 
     /// Tasks, blocking work and threads started from the runtime (as SQLite connections'
     /// worker threads are) run at the lower priority; the caller's thread keeps its own.

@@ -64,21 +64,13 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
 /// flight, schedule ticks).
 const BACKGROUND_CONNECTIONS: u32 = 6;
 
-/// The connections background work uses ([`crate::background`]). On SQLite a pool of its own
-/// over the same file with the same settings, opened lazily: each SQLite connection has a
-/// worker thread of its own, started by the thread that opens it, so connections opened on the
-/// background runtime run at its priority while the request handlers' pool keeps the normal one.
-/// On PostgreSQL (the work is the server's) and for an in-memory SQLite database (a second
-/// pool would be another database), the same pool.
-pub fn background_pool(db: &DatabaseConnection) -> DatabaseConnection {
-    if db.get_database_backend() != sea_orm::DbBackend::Sqlite {
-        return db.clone();
-    }
+/// A second pool over the same SQLite file, with the same settings, opened lazily. Background
+/// work uses one ([`crate::background`]): each SQLite connection has a worker thread of its
+/// own, started by the thread that opens it, so connections opened on the background runtime
+/// run at its priority while the request handlers' pool keeps the normal one. Only for a
+/// database in a file (a second pool of an in-memory one would be another database).
+pub fn second_sqlite_pool(db: &DatabaseConnection) -> DatabaseConnection {
     let options = db.get_sqlite_connection_pool().connect_options();
-    let file = options.get_filename().to_string_lossy();
-    if file.is_empty() || file.contains(":memory:") || file.contains("sqlx-in-memory") {
-        return db.clone();
-    }
     let pool = with_busy_handler(
         sea_orm::sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(BACKGROUND_CONNECTIONS)
@@ -86,6 +78,41 @@ pub fn background_pool(db: &DatabaseConnection) -> DatabaseConnection {
     )
     .connect_lazy_with((*options).clone());
     sea_orm::SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
+}
+
+/// Rows of `E` with these ids that belong to `organization_id`. The ids alone go to the
+/// database and the organization is checked on the rows: given `organization_id = ? AND id
+/// IN (...)`, SQLite (which keeps no statistics here) walks every row of the organization
+/// through an organization index instead of probing the primary key (150 ms per import chunk
+/// at 100,000 customers).
+pub async fn find_by_ids_in_organization<E, C, I>(
+    conn: &C,
+    id: E::Column,
+    ids: I,
+    organization_id: &str,
+    organization_of: fn(&E::Model) -> &str,
+) -> Result<Vec<E::Model>, DbErr>
+where
+    E: sea_orm::EntityTrait,
+    C: sea_orm::ConnectionTrait,
+    I: IntoIterator,
+    I::Item: Into<sea_orm::Value>,
+{
+    use sea_orm::{ColumnTrait, QueryFilter};
+    const IDS_PER_QUERY: usize = 500;
+    let ids: Vec<sea_orm::Value> = ids.into_iter().map(Into::into).collect();
+    let mut found = Vec::new();
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        found.extend(
+            E::find()
+                .filter(id.is_in(chunk.iter().cloned()))
+                .all(conn)
+                .await?
+                .into_iter()
+                .filter(|row| organization_of(row) == organization_id),
+        );
+    }
+    Ok(found)
 }
 
 /// Installs [`install_busy_handler`] on each connection a SQLite pool opens.

@@ -108,15 +108,16 @@ pub async fn subjects(
             .filter(|(_, g, _)| *g == Grain::User)
             .map(|(id, _, _)| id.as_str())
             .collect();
-        // By id alone, the organization checked here: with `organization_id = ? AND id IN
-        // (...)` SQLite walks the organization's rows through an organization index instead
-        // of probing the primary key.
-        let users: HashMap<String, user::Model> = user::Entity::find()
-            .filter(user::Column::Id.is_in(user_ids))
-            .all(db)
+        let users: HashMap<String, user::Model> =
+            crate::db::find_by_ids_in_organization::<user::Entity, _, _>(
+                db,
+                user::Column::Id,
+                user_ids,
+                org,
+                |u| &u.organization_id,
+            )
             .await?
             .into_iter()
-            .filter(|u| u.organization_id == org)
             .map(|u| (u.id.clone(), u))
             .collect();
         let customer_ids: HashSet<String> = chunk
@@ -125,12 +126,16 @@ pub async fn subjects(
             .map(|(id, _, _)| id.clone())
             .chain(users.values().filter_map(|u| u.customer_id.clone()))
             .collect();
-        let customers: HashMap<String, customer::Model> = customer::Entity::find()
-            .filter(customer::Column::Id.is_in(customer_ids))
-            .all(db)
+        let customers: HashMap<String, customer::Model> =
+            crate::db::find_by_ids_in_organization::<customer::Entity, _, _>(
+                db,
+                customer::Column::Id,
+                customer_ids,
+                org,
+                |c| &c.organization_id,
+            )
             .await?
             .into_iter()
-            .filter(|c| c.organization_id == org)
             .map(|c| (c.id.clone(), c))
             .collect();
         for (id, grain, resolver) in chunk {

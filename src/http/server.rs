@@ -202,21 +202,24 @@ pub async fn serve(
         .collect();
     // Opened here, before any background task: the journal file's shared connections serve
     // the acknowledging writer and must be opened at the normal priority.
-    match crate::ingest::journal::Journal::of(&state.db).await {
-        Ok(journal) => checkpointers.extend(
-            journal
-                .own_file()
-                .and_then(crate::db::spawn_wal_checkpointer),
-        ),
+    let journal = crate::ingest::journal::Journal::of(&state.db).await;
+    let on_file = match &journal {
+        Ok(journal) => journal.own_file(),
         Err(e) => {
-            tracing::warn!(error = %e, "could not open the ingest journal at start (the writer retries)")
+            tracing::warn!(error = %e, "could not open the ingest journal at start (the writer retries)");
+            None
         }
-    }
+    };
+    checkpointers.extend(on_file.and_then(crate::db::spawn_wal_checkpointer));
     // Applying effects, evaluating signals and working automation runs give way to requests
-    // on a saturated machine: a runtime and connections of their own at a lower priority.
+    // on a saturated machine: a runtime of their own at a lower priority, and on a SQLite file
+    // connections of their own opened there (PostgreSQL does their database work itself).
     let background = crate::background::Background::start()?;
     let background_state = crate::state::AppState {
-        db: crate::db::background_pool(&state.db),
+        db: match on_file {
+            Some(_) => crate::db::second_sqlite_pool(&state.db),
+            None => state.db.clone(),
+        },
         ..state.clone()
     };
     let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);

@@ -58,33 +58,34 @@ const CREATE_OWN_FILE_TABLE: &str = "CREATE TABLE IF NOT EXISTS ingest_journal (
 impl Journal {
     /// The journal of `main`, opening (and creating) its file on first use in this process.
     pub async fn of(main: &DatabaseConnection) -> Result<Self, DbErr> {
-        let Some(path) = sqlite_file(main).await? else {
-            return Ok(Self::InDatabase(main.clone()));
-        };
-        let path = own_file_path(&path);
-        let mut opened = opened().lock().await;
-        if let Some(file) = opened.get(&path) {
-            return Ok(Self::OwnFile {
-                main: main.clone(),
-                file: file.clone(),
-            });
-        }
-        let file = open_own_file(main, &path).await?;
-        opened.insert(path, file.clone());
-        Ok(Self::OwnFile {
-            main: main.clone(),
-            file,
-        })
+        Self::open(main, true).await
     }
 
     /// As [`Journal::of`], with connections to the journal file of its own instead of the
     /// process's shared ones: the background applier's, whose connections run at the
     /// background priority (`crate::background`) and must not serve the acknowledging writer.
     pub async fn of_unshared(main: &DatabaseConnection) -> Result<Self, DbErr> {
+        Self::open(main, false).await
+    }
+
+    async fn open(main: &DatabaseConnection, shared: bool) -> Result<Self, DbErr> {
         let Some(path) = sqlite_file(main).await? else {
             return Ok(Self::InDatabase(main.clone()));
         };
-        let file = open_own_file(main, &own_file_path(&path)).await?;
+        let path = own_file_path(&path);
+        let file = if shared {
+            let mut opened = opened().lock().await;
+            match opened.get(&path) {
+                Some(file) => file.clone(),
+                None => {
+                    let file = open_own_file(main, &path).await?;
+                    opened.insert(path, file.clone());
+                    file
+                }
+            }
+        } else {
+            open_own_file(main, &path).await?
+        };
         Ok(Self::OwnFile {
             main: main.clone(),
             file,
@@ -124,7 +125,6 @@ impl Journal {
     }
 }
 
-/// The file of a SQLite database; `None` on PostgreSQL and for an in-memory database.
 /// Opens (and prepares) the journal file at `path` beside `main`.
 async fn open_own_file(
     main: &DatabaseConnection,
@@ -138,6 +138,7 @@ async fn open_own_file(
     Ok(file)
 }
 
+/// The file of a SQLite database; `None` on PostgreSQL and for an in-memory database.
 async fn sqlite_file(db: &DatabaseConnection) -> Result<Option<PathBuf>, DbErr> {
     if db.get_database_backend() != DbBackend::Sqlite {
         return Ok(None);

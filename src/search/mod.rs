@@ -642,31 +642,32 @@ pub async fn load_hits(
         .filter(|h| h.kind == ArtifactKind::Fact)
         .map(|h| h.id.as_str())
         .collect();
-    // By id alone, the organization checked here: with `organization_id = ? AND id IN (...)`
-    // SQLite walks the organization's rows through an organization index instead of probing
-    // the primary key.
     let mut sources: HashMap<String, source::Model> = HashMap::new();
     if !source_ids.is_empty() {
-        for s in source::Entity::find()
-            .filter(source::Column::Id.is_in(source_ids))
-            .all(db)
-            .await?
+        for s in crate::db::find_by_ids_in_organization::<source::Entity, _, _>(
+            db,
+            source::Column::Id,
+            source_ids,
+            organization_id,
+            |s| &s.organization_id,
+        )
+        .await?
         {
-            if s.organization_id == organization_id {
-                sources.insert(s.id.clone(), s);
-            }
+            sources.insert(s.id.clone(), s);
         }
     }
     let mut facts: HashMap<String, fact::Model> = HashMap::new();
     if !fact_ids.is_empty() {
-        for f in fact::Entity::find()
-            .filter(fact::Column::Id.is_in(fact_ids))
-            .all(db)
-            .await?
+        for f in crate::db::find_by_ids_in_organization::<fact::Entity, _, _>(
+            db,
+            fact::Column::Id,
+            fact_ids,
+            organization_id,
+            |f| &f.organization_id,
+        )
+        .await?
         {
-            if f.organization_id == organization_id {
-                facts.insert(f.id.clone(), f);
-            }
+            facts.insert(f.id.clone(), f);
         }
     }
     Ok(hits
