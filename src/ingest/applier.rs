@@ -83,6 +83,7 @@ async fn run(
     let mut rules = crate::engine::evaluate::RulesCache::default();
     let mut failures = 0u32;
     let mut journal = None;
+    let mut ahead = ReadAhead::default();
     loop {
         let stop_at = *stopped.borrow();
         if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
@@ -92,7 +93,7 @@ async fn run(
             Ok(None)
         } else {
             match &journal {
-                Some(j) => apply_next(j, &mut rules).await,
+                Some(j) => apply_next_reading_ahead(j, &mut rules, &mut ahead).await,
                 // Connections of its own to the journal file, opened on this task's runtime.
                 None => Journal::of_unshared(&db).await.map(|j| {
                     journal = Some(j);
@@ -151,6 +152,71 @@ pub async fn apply_next(
     journal: &Journal,
     rules: &mut crate::engine::evaluate::RulesCache,
 ) -> Result<Option<Applied>, DbErr> {
+    apply_next_reading_ahead(journal, rules, &mut ReadAhead::disabled()).await
+}
+
+/// The next group of a journal file, read and parsed while the current group is written to the
+/// main file: the applier's two halves then use both cores instead of taking turns on one.
+#[derive(Default)]
+struct ReadAhead {
+    disabled: bool,
+    /// The applied mark the read started from, and the read.
+    next: Option<(i64, JoinHandle<Result<Vec<JournalEntry>, DbErr>>)>,
+}
+
+impl ReadAhead {
+    fn disabled() -> Self {
+        Self {
+            disabled: true,
+            next: None,
+        }
+    }
+
+    /// The batches after `mark`: the read started earlier if it started from `mark` (another
+    /// process may have moved the mark meanwhile), a new read otherwise.
+    async fn read(
+        &mut self,
+        file: &DatabaseConnection,
+        mark: i64,
+    ) -> Result<Vec<JournalEntry>, DbErr> {
+        if let Some((after, reading)) = self.next.take() {
+            if after == mark {
+                if let Ok(read) = reading.await {
+                    return read;
+                }
+            } else {
+                reading.abort();
+            }
+        }
+        journal::read_after(file, mark, BATCHES_PER_APPLY).await
+    }
+
+    /// Starts reading the batches after `last`, the mark the group being written moves to.
+    fn start(&mut self, file: &DatabaseConnection, last: i64) {
+        if self.disabled {
+            return;
+        }
+        let file = file.clone();
+        self.next = Some((
+            last,
+            tokio::spawn(async move { journal::read_after(&file, last, BATCHES_PER_APPLY).await }),
+        ));
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        if let Some((_, reading)) = self.next.take() {
+            reading.abort();
+        }
+    }
+}
+
+async fn apply_next_reading_ahead(
+    journal: &Journal,
+    rules: &mut crate::engine::evaluate::RulesCache,
+    ahead: &mut ReadAhead,
+) -> Result<Option<Applied>, DbErr> {
     let (entries, runs_created) = match journal {
         Journal::InDatabase(db) => {
             let Some(applied) = apply_in_database(db, rules).await? else {
@@ -159,7 +225,7 @@ pub async fn apply_next(
             applied
         }
         Journal::OwnFile { main, file } => {
-            let Some(applied) = apply_from_own_file(main, file, rules).await? else {
+            let Some(applied) = apply_from_own_file(main, file, rules, ahead).await? else {
                 return Ok(None);
             };
             applied
@@ -213,19 +279,24 @@ async fn apply_in_database(
 /// The journal is a file of its own (SQLite): its batches are read and parsed before the main
 /// file's write lock is taken, applied in one transaction that moves the applied mark past
 /// them, and deleted from the journal file after that commit (a stop in between leaves rows the
-/// mark already covers: they are skipped, and deleted by the next apply).
+/// mark already covers: they are skipped, and deleted by the next apply). The next group is
+/// read while this one is written (`ahead`).
 async fn apply_from_own_file(
     main: &DatabaseConnection,
     file: &DatabaseConnection,
     rules: &mut crate::engine::evaluate::RulesCache,
+    ahead: &mut ReadAhead,
 ) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
     let started = std::time::Instant::now();
     let mark = journal::applied_through(main).await?;
-    let mut entries = journal::read_after(file, mark, BATCHES_PER_APPLY).await?;
+    let mut entries = ahead.read(file, mark).await?;
     let Some(last) = entries.last().map(|e| e.seq) else {
         return Ok(None);
     };
     let read = started.elapsed();
+    // Batches journaled after `last` are read meanwhile; a group that fails or loses a race
+    // leaves the mark elsewhere, and that read is then dropped (`ReadAhead::read`).
+    ahead.start(file, last);
     let txn = crate::db::begin_write(main).await?;
     let locked = started.elapsed();
     if !journal::advance_applied(&txn, mark, last).await? {

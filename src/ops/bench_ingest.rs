@@ -219,15 +219,16 @@ pub(crate) async fn create_org(
 
 /// The physical floor: the rows the generated batches make, appended through one prepared
 /// statement to a table without any index (not even a primary key), in transactions of
-/// [`FLOOR_ROWS_PER_COMMIT`] rows, same durability as the service. Only the inserts are timed.
+/// [`FLOOR_ROWS_PER_COMMIT`] rows, same page size and durability as the service. Only the inserts are timed.
 fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
     let conn = rusqlite::Connection::open(dir.join("floor.db"))?;
     conn.execute_batch(&format!(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-16384; \
+        "PRAGMA page_size={}; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-16384; \
          PRAGMA temp_store=memory; PRAGMA mmap_size={};
          CREATE TABLE floor_events (id TEXT, organization_id TEXT, message_id TEXT, \
          event_type TEXT, event_name TEXT, visitor_id TEXT, user_id TEXT, customer_id TEXT, \
          url TEXT, path TEXT, occurred_at TEXT, received_at TEXT, data TEXT);",
+        db::SQLITE_PAGE_BYTES,
         db::SQLITE_MMAP_BYTES
     ))?;
     let org = uuid::Uuid::new_v4().to_string();
@@ -578,7 +579,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let floor_dir = dir.path().to_path_buf();
     let floor_rate = tokio::task::spawn_blocking(move || floor(&floor_dir, floor_secs)).await??;
     println!(
-        "physical floor (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same durability, no HTTP): {floor_rate:.0} rows/s"
+        "physical floor (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same page size and durability, no HTTP): {floor_rate:.0} rows/s"
     );
 
     let seq = Arc::new(AtomicU64::new(0));

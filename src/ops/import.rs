@@ -16,7 +16,7 @@
 //! per transaction, so only the line that cannot be stored is rejected.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     io::BufRead,
     time::{Duration, Instant},
 };
@@ -31,7 +31,7 @@ use entity::{
 use sea_orm::{
     sea_query::{OnConflict, Query},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbErr,
-    EntityTrait, IdenStatic, IntoActiveModel, Iterable, NotSet, QueryFilter, QueryTrait, Set,
+    EntityTrait, IdenStatic, IntoActiveModel, Iterable, NotSet, QueryFilter, QuerySelect, QueryTrait, Set,
     TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
@@ -410,6 +410,7 @@ where
         .map_err(WriteError::Begin)?;
     let began = Instant::now();
     let mut looked_up = began;
+    let mut applied = began;
     let written = async {
         let mut rows = ChunkRows::load(&txn, org, records).await?;
         looked_up = Instant::now();
@@ -420,6 +421,7 @@ where
                 Err(error) => outcome.rejected.push(Rejected { line: *line, error }),
             }
         }
+        applied = Instant::now();
         rows.write(&txn).await?;
         Ok::<_, DbErr>(outcome)
     }
@@ -437,7 +439,8 @@ where
                 lines = records.len(),
                 lock_wait_ms = (began - waited).as_millis() as u64,
                 look_up_ms = (looked_up - began).as_millis() as u64,
-                write_ms = (wrote - looked_up).as_millis() as u64,
+                apply_ms = (applied - looked_up).as_millis() as u64,
+                write_ms = (wrote - applied).as_millis() as u64,
                 commit_ms = wrote.elapsed().as_millis() as u64,
                 "import chunk written"
             );
@@ -585,28 +588,31 @@ struct Change {
 /// The keys a chunk's lines look records up by.
 #[derive(Default)]
 struct Wanted {
+    /// The keys of the chunk's customer lines.
     customer_external_ids: BTreeSet<String>,
     customer_domains: BTreeSet<String>,
-    customer_ids: BTreeSet<String>,
+    /// References to customers from other lines (trimmed): a domain, an externalId or an id.
+    customer_references: BTreeSet<String>,
+    /// Whether a line of the chunk is a customer: only those change the keys references
+    /// resolve by.
+    customer_lines: bool,
     user_external_ids: BTreeSet<String>,
     user_emails: BTreeSet<String>,
     workspace_emails: BTreeSet<String>,
-    source_types: BTreeSet<&'static str>,
-    source_ids: BTreeSet<String>,
-    fact_source_types: BTreeSet<&'static str>,
-    fact_source_ids: BTreeSet<String>,
+    /// Source ids by source type: each type is one look-up of (type, ids), so an index probe
+    /// per id instead of one per (type, id) pair of `type IN (...) AND id IN (...)`.
+    source_ids: BTreeMap<&'static str, BTreeSet<String>>,
+    /// The evidence (source type and id) of the chunk's facts.
+    fact_source_ids: BTreeMap<&'static str, BTreeSet<String>>,
 }
 
 impl Wanted {
     /// A reference to a customer is tried as a domain, an externalId and an id.
     fn customer_reference(&mut self, reference: &str) {
         let wanted = reference.trim();
-        if wanted.is_empty() {
-            return;
+        if !wanted.is_empty() {
+            self.customer_references.insert(wanted.to_string());
         }
-        self.customer_domains.insert(wanted.to_lowercase());
-        self.customer_external_ids.insert(wanted.to_string());
-        self.customer_ids.insert(wanted.to_string());
     }
 
     fn of(records: &[(usize, ImportRecord)]) -> Wanted {
@@ -614,6 +620,7 @@ impl Wanted {
         for (_, record) in records {
             match record {
                 ImportRecord::Customer(r) => {
+                    w.customer_lines = true;
                     if let Some(e) = clean(&r.external_id) {
                         w.customer_external_ids.insert(e);
                     }
@@ -640,17 +647,16 @@ impl Wanted {
                         w.customer_reference(&c);
                     }
                     if let Some(t) = normalize_source_type(&r.source_type) {
-                        w.source_types.insert(t);
-                        w.source_ids.insert(r.source_id.trim().to_string());
+                        let id = r.source_id.trim().to_string();
+                        w.source_ids.entry(t).or_default().insert(id);
                     }
                 }
                 ImportRecord::Fact(r) => {
                     w.customer_reference(&r.customer);
                     if let Some(t) = normalize_source_type(&r.source_type) {
-                        w.source_types.insert(t);
-                        w.source_ids.insert(r.source_id.trim().to_string());
-                        w.fact_source_types.insert(t);
-                        w.fact_source_ids.insert(r.source_id.trim().to_string());
+                        let id = r.source_id.trim().to_string();
+                        w.source_ids.entry(t).or_default().insert(id.clone());
+                        w.fact_source_ids.entry(t).or_default().insert(id);
                     }
                 }
             }
@@ -663,6 +669,9 @@ impl Wanted {
 struct ChunkRows {
     org: String,
     customers: Rows<customer::Model>,
+    /// Customer ids by key (indexed as [`CUSTOMER_KEYS`]) for references, read without their
+    /// rows when no line of the chunk is a customer.
+    referenced: [HashMap<String, String>; 3],
     users: Rows<user::Model>,
     workspace_users: Rows<workspace_user::Model>,
     sources: Rows<source::Model>,
@@ -698,33 +707,20 @@ impl ChunkRows {
         org: &str,
         records: &[(usize, ImportRecord)],
     ) -> Result<ChunkRows, DbErr> {
+        let t0 = Instant::now();
         let w = Wanted::of(records);
         let mut rows = ChunkRows {
             org: org.to_string(),
             customers: Rows::new(|c| &c.id, &CUSTOMER_KEYS),
+            referenced: Default::default(),
             users: Rows::new(|u| &u.id, &USER_KEYS),
             workspace_users: Rows::new(|u| &u.id, &WORKSPACE_USER_KEYS),
             sources: Rows::new(|s| &s.id, &SOURCE_KEYS),
             facts: Rows::new(|f| &f.id, &FACT_KEYS),
             changes: Vec::new(),
         };
-        let scope = Condition::all().add(customer::Column::OrganizationId.eq(org));
-        for (column, values) in [
-            (customer::Column::ExternalId, &w.customer_external_ids),
-            (customer::Column::Domain, &w.customer_domains),
-        ] {
-            let found = find_in::<customer::Entity>(txn, &scope, column, values).await?;
-            rows.customers.load(found);
-        }
-        let found = crate::db::find_by_ids_in_organization::<customer::Entity, _, _>(
-            txn,
-            customer::Column::Id,
-            w.customer_ids.iter().map(String::as_str),
-            org,
-            |c| &c.organization_id,
-        )
-        .await?;
-        rows.customers.load(found);
+        rows.load_customers(txn, &w).await?;
+        let t_customers = Instant::now();
         let scope = Condition::all().add(user::Column::OrganizationId.eq(org));
         for (column, values) in [
             (user::Column::ExternalId, &w.user_external_ids),
@@ -742,25 +738,122 @@ impl ChunkRows {
         )
         .await?;
         rows.workspace_users.load(found);
-        if !w.source_types.is_empty() {
+        let t_users = Instant::now();
+        for (source_type, ids) in &w.source_ids {
             let scope = Condition::all()
                 .add(source::Column::OrganizationId.eq(org))
-                .add(source::Column::SourceType.is_in(w.source_types.iter().copied()));
+                .add(source::Column::SourceType.eq(*source_type));
             let found =
-                find_in::<source::Entity>(txn, &scope, source::Column::SourceId, &w.source_ids)
-                    .await?;
+                find_in::<source::Entity>(txn, &scope, source::Column::SourceId, ids).await?;
             rows.sources.load(found);
         }
-        if !w.fact_source_types.is_empty() {
+        let t_sources = Instant::now();
+        for (source_type, ids) in &w.fact_source_ids {
             let scope = Condition::all()
                 .add(fact::Column::OrganizationId.eq(org))
-                .add(fact::Column::SourceType.is_in(w.fact_source_types.iter().copied()));
-            let found =
-                find_in::<fact::Entity>(txn, &scope, fact::Column::SourceId, &w.fact_source_ids)
-                    .await?;
+                .add(fact::Column::SourceType.eq(*source_type));
+            let found = find_in::<fact::Entity>(txn, &scope, fact::Column::SourceId, ids).await?;
             rows.facts.load(found);
         }
+        tracing::debug!(
+            customers_ms = (t_customers - t0).as_secs_f64() * 1e3,
+            users_ms = (t_users - t_customers).as_secs_f64() * 1e3,
+            sources_ms = (t_sources - t_users).as_secs_f64() * 1e3,
+            facts_ms = t_sources.elapsed().as_secs_f64() * 1e3,
+            "import chunk looked up"
+        );
         Ok(rows)
+    }
+
+    /// Reads the customers the chunk's lines name. References are resolved by domain, then
+    /// externalId, then id (`referenced_customer`). When a line of the chunk is a customer, whole
+    /// rows are read by every key a reference could match, since that line may change the keys.
+    /// Otherwise nothing changes a customer meanwhile: a reference found by domain is not looked
+    /// up by the other two keys (nor one found by externalId by id), and only ids and keys are
+    /// read (a chunk of user lines naming their customers' domains reads each customer's id once).
+    async fn load_customers(&mut self, txn: &DatabaseTransaction, w: &Wanted) -> Result<(), DbErr> {
+        let scope = Condition::all().add(customer::Column::OrganizationId.eq(self.org.as_str()));
+        let lower = |r: &String| r.to_lowercase();
+        if w.customer_lines {
+            let mut external_ids = w.customer_external_ids.clone();
+            external_ids.extend(w.customer_references.iter().cloned());
+            let mut domains = w.customer_domains.clone();
+            domains.extend(w.customer_references.iter().map(lower));
+            for (column, values) in [
+                (customer::Column::ExternalId, &external_ids),
+                (customer::Column::Domain, &domains),
+            ] {
+                let found = find_in::<customer::Entity>(txn, &scope, column, values).await?;
+                self.customers.load(found);
+            }
+            let found = crate::db::find_by_ids_in_organization::<customer::Entity, _, _>(
+                txn,
+                customer::Column::Id,
+                w.customer_references.iter().map(String::as_str),
+                &self.org,
+                |c| &c.organization_id,
+            )
+            .await?;
+            self.customers.load(found);
+            return Ok(());
+        }
+        let domains: BTreeSet<String> = w.customer_references.iter().map(lower).collect();
+        self.load_customer_keys(txn, customer::Column::Domain, &domains)
+            .await?;
+        let unresolved: BTreeSet<String> = w
+            .customer_references
+            .iter()
+            .filter(|r| !self.referenced[CUSTOMER_DOMAIN].contains_key(&r.to_lowercase()))
+            .cloned()
+            .collect();
+        self.load_customer_keys(txn, customer::Column::ExternalId, &unresolved)
+            .await?;
+        let unresolved: BTreeSet<String> = unresolved
+            .into_iter()
+            .filter(|r| !self.referenced[CUSTOMER_EXTERNAL_ID].contains_key(r))
+            .collect();
+        self.load_customer_keys(txn, customer::Column::Id, &unresolved)
+            .await
+    }
+
+    /// Reads the id and keys of the organization's customers whose `column` is one of `values`
+    /// into `referenced` (the first row read for a key wins, as in [`Rows`]). By id the
+    /// organization is checked here, not in SQL (see `db::find_by_ids_in_organization`).
+    async fn load_customer_keys(
+        &mut self,
+        txn: &DatabaseTransaction,
+        column: customer::Column,
+        values: &BTreeSet<String>,
+    ) -> Result<(), DbErr> {
+        use customer::Column as C;
+        let by_id = matches!(column, C::Id);
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        for batch in values.chunks(LOOKUP_BATCH) {
+            let mut query = customer::Entity::find()
+                .select_only()
+                .columns([C::Id, C::OrganizationId, C::Domain, C::ExternalId])
+                .filter(column.is_in(batch.iter().copied()));
+            if !by_id {
+                query = query.filter(C::OrganizationId.eq(self.org.as_str()));
+            }
+            let found: Vec<(String, String, Option<String>, Option<String>)> =
+                query.into_tuple().all(txn).await?;
+            for (id, organization_id, domain, external_id) in found {
+                if organization_id != self.org {
+                    continue;
+                }
+                for (key, value) in [
+                    (CUSTOMER_DOMAIN, domain),
+                    (CUSTOMER_EXTERNAL_ID, external_id),
+                    (CUSTOMER_ID, Some(id.clone())),
+                ] {
+                    if let Some(value) = value {
+                        self.referenced[key].entry(value).or_insert_with(|| id.clone());
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Applies one line to the rows in memory; `Err` is why the line is rejected (and then
@@ -775,14 +868,24 @@ impl ChunkRows {
         }
     }
 
-    /// The customer a line refers to: by domain, then externalId (then id).
-    fn referenced_customer(&self, field: &str, reference: &str) -> Result<usize, String> {
+    /// The id of the customer a line refers to: by domain, then externalId (then id).
+    fn referenced_customer(&self, field: &str, reference: &str) -> Result<String, String> {
         let wanted = reference.trim();
-        self.customers
-            .find(CUSTOMER_DOMAIN, &wanted.to_lowercase())
-            .or_else(|| self.customers.find(CUSTOMER_EXTERNAL_ID, wanted))
-            .or_else(|| self.customers.find(CUSTOMER_ID, wanted))
-            .ok_or_else(|| {
+        let lower = wanted.to_lowercase();
+        let in_rows = |key: usize, value: &str| {
+            self.customers
+                .find(key, value)
+                .map(|at| self.customers.get(at).id.clone())
+        };
+        let referenced = |key: usize, value: &str| self.referenced[key].get(value).cloned();
+        let found = [
+            (CUSTOMER_DOMAIN, lower.as_str()),
+            (CUSTOMER_EXTERNAL_ID, wanted),
+            (CUSTOMER_ID, wanted),
+        ]
+        .into_iter()
+        .find_map(|(key, value)| in_rows(key, value).or_else(|| referenced(key, value)));
+        found.ok_or_else(|| {
                 format!(
                     "{field}: no customer with domain or externalId `{wanted}` (import it first)"
                 )
@@ -886,10 +989,7 @@ impl ChunkRows {
             None => None,
         };
         let customer_id = match clean(&r.customer) {
-            Some(reference) => {
-                let at = self.referenced_customer("customer", &reference)?;
-                Some(self.customers.get(at).id.clone())
-            }
+            Some(reference) => Some(self.referenced_customer("customer", &reference)?),
             None => None,
         };
         let existing = external_id
@@ -1004,10 +1104,7 @@ impl ChunkRows {
             return Err("title: must not be empty".into());
         }
         let customer_id = match clean(&r.customer) {
-            Some(reference) => {
-                let at = self.referenced_customer("customer", &reference)?;
-                Some(self.customers.get(at).id.clone())
-            }
+            Some(reference) => Some(self.referenced_customer("customer", &reference)?),
             None => None,
         };
         let participants = Value::Array(
@@ -1065,8 +1162,7 @@ impl ChunkRows {
             None => FactStatus::Active,
         };
         let source_type = source_type("sourceType", &r.source_type)?;
-        let customer_at = self.referenced_customer("customer", &r.customer)?;
-        let customer_id = self.customers.get(customer_at).id.clone();
+        let customer_id = self.referenced_customer("customer", &r.customer)?;
         let source_id = r.source_id.trim();
         let evidence = self
             .sources
