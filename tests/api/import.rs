@@ -648,6 +648,77 @@ db_test!(
     }
 );
 
+// A reference to a customer resolves by domain (in any case), then externalId, then id, and
+// never to another organization's customer: the same whether or not the chunk holds a
+// customer line (with one, whole rows are read by every key; without, ids and keys alone).
+db_test!(
+    references_resolve_by_domain_then_external_id_then_id,
+    |app: TestApp| async move {
+        let a = app.org("Refs Co").await;
+        let b = app.org("Other Refs Co").await;
+        let o = &a.organization_id;
+        let customers = vec![
+            json!({"kind": "customer", "name": "One", "domain": "one.example.com", "externalId": "cus_1"})
+                .to_string(),
+            // Its externalId is the other's domain: the domain wins.
+            json!({"kind": "customer", "name": "Two", "domain": "two.example.com", "externalId": "one.example.com"})
+                .to_string(),
+        ];
+        assert!(import_lines(&app, o, &customers).await.rejected.is_empty());
+        let foreign = vec![json!({"kind": "customer", "name": "B", "domain": "b.example.com"}).to_string()];
+        assert!(import_lines(&app, &b.organization_id, &foreign).await.rejected.is_empty());
+        let by_domain = ids_by(&app, "customers", "domain", o).await;
+        let (one, two) = (&by_domain["one.example.com"], &by_domain["two.example.com"]);
+        let foreign_id = ids_by(&app, "customers", "domain", &b.organization_id).await
+            ["b.example.com"]
+            .clone();
+        let references = [
+            ("ONE.Example.com", Some(one)),
+            ("cus_1", Some(one)),
+            (two.as_str(), Some(two)),
+            ("one.example.com", Some(one)),
+            (foreign_id.as_str(), None),
+            ("nobody.example.com", None),
+        ];
+        for with_customer_line in [false, true] {
+            let mut lines = Vec::new();
+            if with_customer_line {
+                lines.push(
+                    json!({"kind": "customer", "name": "Three", "domain": "three.example.com"})
+                        .to_string(),
+                );
+            }
+            for (n, (reference, _)) in references.iter().enumerate() {
+                lines.push(
+                    json!({"kind": "user", "customer": reference,
+                           "externalId": format!("u_{with_customer_line}_{n}")})
+                    .to_string(),
+                );
+            }
+            let report = import_lines(&app, o, &lines).await;
+            let first = usize::from(with_customer_line) + 1;
+            let rejected: Vec<usize> = report.rejected.iter().map(|r| r.line).collect();
+            assert_eq!(rejected, [first + 4, first + 5], "{:?}", report.rejected);
+            let users = entity::user::Entity::find()
+                .filter(entity::user::Column::OrganizationId.eq(o))
+                .all(&app.db)
+                .await
+                .unwrap();
+            for (n, (reference, expected)) in references.iter().enumerate() {
+                let external_id = format!("u_{with_customer_line}_{n}");
+                let user = users
+                    .iter()
+                    .find(|u| u.external_id.as_deref() == Some(external_id.as_str()));
+                assert_eq!(
+                    user.and_then(|u| u.customer_id.as_ref()),
+                    *expected,
+                    "{reference} (chunk with a customer line: {with_customer_line})"
+                );
+            }
+        }
+    }
+);
+
 /// What the clients beside an import were told.
 #[derive(Default)]
 struct Acked {
