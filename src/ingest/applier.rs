@@ -173,7 +173,9 @@ impl ReadAhead {
     }
 
     /// The batches after `mark`: the read started earlier if it started from `mark` (another
-    /// process may have moved the mark meanwhile), a new read otherwise.
+    /// process may have moved the mark meanwhile) and found some, a new read otherwise (an
+    /// empty read-ahead may be older than batches journaled since: reading again now keeps an
+    /// applier that keeps up from waiting a poll interval for them).
     async fn read(
         &mut self,
         file: &DatabaseConnection,
@@ -181,8 +183,10 @@ impl ReadAhead {
     ) -> Result<Vec<JournalEntry>, DbErr> {
         if let Some((after, reading)) = self.next.take() {
             if after == mark {
-                if let Ok(read) = reading.await {
-                    return read;
+                match reading.await {
+                    Ok(Ok(entries)) if !entries.is_empty() => return Ok(entries),
+                    Ok(Err(e)) => return Err(e),
+                    _ => {}
                 }
             } else {
                 reading.abort();

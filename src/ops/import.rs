@@ -31,8 +31,8 @@ use entity::{
 use sea_orm::{
     sea_query::{OnConflict, Query},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbErr,
-    EntityTrait, IdenStatic, IntoActiveModel, Iterable, NotSet, QueryFilter, QuerySelect, QueryTrait, Set,
-    TransactionTrait,
+    EntityTrait, IdenStatic, IntoActiveModel, Iterable, NotSet, QueryFilter, QuerySelect,
+    QueryTrait, Set, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -848,7 +848,9 @@ impl ChunkRows {
                     (CUSTOMER_ID, Some(id.clone())),
                 ] {
                     if let Some(value) = value {
-                        self.referenced[key].entry(value).or_insert_with(|| id.clone());
+                        self.referenced[key]
+                            .entry(value)
+                            .or_insert_with(|| id.clone());
                     }
                 }
             }
@@ -886,10 +888,8 @@ impl ChunkRows {
         .into_iter()
         .find_map(|(key, value)| in_rows(key, value).or_else(|| referenced(key, value)));
         found.ok_or_else(|| {
-                format!(
-                    "{field}: no customer with domain or externalId `{wanted}` (import it first)"
-                )
-            })
+            format!("{field}: no customer with domain or externalId `{wanted}` (import it first)")
+        })
     }
 
     fn customer(&mut self, r: &CustomerRecord) -> Result<(), String> {

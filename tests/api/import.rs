@@ -665,13 +665,16 @@ db_test!(
                 .to_string(),
         ];
         assert!(import_lines(&app, o, &customers).await.rejected.is_empty());
-        let foreign = vec![json!({"kind": "customer", "name": "B", "domain": "b.example.com"}).to_string()];
-        assert!(import_lines(&app, &b.organization_id, &foreign).await.rejected.is_empty());
+        let foreign =
+            vec![json!({"kind": "customer", "name": "B", "domain": "b.example.com"}).to_string()];
+        assert!(import_lines(&app, &b.organization_id, &foreign)
+            .await
+            .rejected
+            .is_empty());
         let by_domain = ids_by(&app, "customers", "domain", o).await;
         let (one, two) = (&by_domain["one.example.com"], &by_domain["two.example.com"]);
-        let foreign_id = ids_by(&app, "customers", "domain", &b.organization_id).await
-            ["b.example.com"]
-            .clone();
+        let foreign_id =
+            ids_by(&app, "customers", "domain", &b.organization_id).await["b.example.com"].clone();
         let references = [
             ("ONE.Example.com", Some(one)),
             ("cus_1", Some(one)),
