@@ -152,3 +152,74 @@ async fn own_file_journal_applies_each_batch_once() {
     }
     assert_eq!(events_in_view(&state, &org).await, 32);
 }
+
+// Two running appliers (each reading the next group ahead while it writes, on pools of their
+// own over one file) race while batches keep arriving: every batch is applied once. The one
+// that loses a group finds the applied mark elsewhere than its read-ahead started from and
+// reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_appliers_reading_ahead_apply_each_batch_once() {
+    let (state, tmp) = crate::helpers::state_without_server(crate::helpers::Backend::Sqlite)
+        .await
+        .expect("sqlite");
+    let db = state.db.clone();
+    let org = admin::create_org(
+        &db,
+        NewOrganization {
+            name: "Racing Appliers Co".into(),
+            plan: Plan::Pro,
+            api_call_limit: None,
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec![],
+        },
+    )
+    .await
+    .expect("org")
+    .organization_id;
+    let journal = Journal::of(&db).await.expect("journal");
+    let other_main = custintel::db::connect(
+        &format!(
+            "sqlite://{}?mode=rwc",
+            tmp.as_ref().expect("dir").path().join("test.db").display()
+        ),
+        None,
+    )
+    .await
+    .expect("second pool");
+    let window = std::time::Duration::from_secs(3600);
+    let appliers = [
+        custintel::ingest::applier::Applier::spawn(db.clone(), window),
+        custintel::ingest::applier::Applier::spawn(other_main, window),
+    ];
+    const ROUNDS: usize = 40;
+    const PER_ROUND: usize = 5;
+    for round in 0..ROUNDS {
+        let batches: Vec<Batch> = (0..PER_ROUND)
+            .map(|i| batch(&org, &format!("race{round}-{i}")))
+            .collect();
+        let refs: Vec<&Batch> = batches.iter().collect();
+        journal::append(journal.conn(), &refs)
+            .await
+            .expect("append");
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while journal.backlog(None).await.expect("backlog").batches > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backlog not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for applier in appliers {
+        applier.drain(tokio::time::Instant::now()).await;
+    }
+    let expected = (ROUNDS * PER_ROUND) as i64;
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, expected);
+    assert_eq!(
+        count(&db, "SELECT count(DISTINCT message_id) FROM events").await,
+        expected
+    );
+    assert_eq!(events_in_view(&state, &org).await, expected);
+}
