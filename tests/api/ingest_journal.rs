@@ -47,26 +47,36 @@ async fn events_in_view(state: &custintel::state::AppState, org: &str) -> Value 
     answer["rows"][0][0].clone()
 }
 
+async fn create_org(db: &DatabaseConnection, name: &str) -> String {
+    let new = NewOrganization {
+        name: name.into(),
+        plan: Plan::Pro,
+        api_call_limit: None,
+        connection_limit: None,
+        ingest_rate_limit: None,
+        tracking_domains: vec![],
+    };
+    admin::create_org(db, new)
+        .await
+        .expect("org")
+        .organization_id
+}
+
+/// A pool of its own on the test's database file, as a second process would have.
+async fn second_pool(tmp: &Option<tempfile::TempDir>) -> DatabaseConnection {
+    let file = tmp.as_ref().expect("dir").path().join("test.db");
+    custintel::db::connect(&format!("sqlite://{}?mode=rwc", file.display()), None)
+        .await
+        .expect("second pool")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_file_journal_applies_each_batch_once() {
     let (state, tmp) = crate::helpers::state_without_server(crate::helpers::Backend::Sqlite)
         .await
         .expect("sqlite");
     let db = state.db.clone();
-    let org = admin::create_org(
-        &db,
-        NewOrganization {
-            name: "Journal File Co".into(),
-            plan: Plan::Pro,
-            api_call_limit: None,
-            connection_limit: None,
-            ingest_rate_limit: None,
-            tracking_domains: vec![],
-        },
-    )
-    .await
-    .expect("org")
-    .organization_id;
+    let org = create_org(&db, "Journal File Co").await;
 
     // A batch an earlier version journaled in the main file moves into the journal's file.
     let first = batch(&org, "m1");
@@ -116,15 +126,7 @@ async fn own_file_journal_applies_each_batch_once() {
 
     // Two appliers (each with its own pool on the main file) race for the same batches: the
     // applied mark lets one of them apply, never both.
-    let other_main = custintel::db::connect(
-        &format!(
-            "sqlite://{}?mode=rwc",
-            tmp.as_ref().expect("dir").path().join("test.db").display()
-        ),
-        None,
-    )
-    .await
-    .expect("second pool");
+    let other_main = second_pool(&tmp).await;
     let racing = Journal::OwnFile {
         main: other_main,
         file: file.clone(),
@@ -163,30 +165,9 @@ async fn racing_appliers_reading_ahead_apply_each_batch_once() {
         .await
         .expect("sqlite");
     let db = state.db.clone();
-    let org = admin::create_org(
-        &db,
-        NewOrganization {
-            name: "Racing Appliers Co".into(),
-            plan: Plan::Pro,
-            api_call_limit: None,
-            connection_limit: None,
-            ingest_rate_limit: None,
-            tracking_domains: vec![],
-        },
-    )
-    .await
-    .expect("org")
-    .organization_id;
+    let org = create_org(&db, "Racing Appliers Co").await;
     let journal = Journal::of(&db).await.expect("journal");
-    let other_main = custintel::db::connect(
-        &format!(
-            "sqlite://{}?mode=rwc",
-            tmp.as_ref().expect("dir").path().join("test.db").display()
-        ),
-        None,
-    )
-    .await
-    .expect("second pool");
+    let other_main = second_pool(&tmp).await;
     let window = std::time::Duration::from_secs(3600);
     let appliers = [
         custintel::ingest::applier::Applier::spawn(db.clone(), window),
