@@ -26,8 +26,8 @@ pub const SQLITE_MMAP_BYTES: &str = "1073741824";
 /// every page it dirtied to the WAL and a checkpoint copies it again: an apply of 5,000 events
 /// dirties a leaf page of the timeline indexes per user and account it names, whatever the page
 /// size, so larger pages mean fewer pages, fewer splits and fewer WAL frames per row. Measured
-/// on the events table with its two timeline indexes: 50,000 rows/s with 4 KiB pages, 72,000
-/// with 8 KiB, 65,000 with 16 KiB (docs/performance.md).
+/// gains: small for the events table (within a noisy machine's spread), clearer for journal
+/// appends (docs/performance.md, Ingest, fifth session).
 pub const SQLITE_PAGE_BYTES: u32 = 8192;
 
 /// Connects; `schema` selects a PostgreSQL schema (tests use one per test).

@@ -219,7 +219,8 @@ pub(crate) async fn create_org(
 
 /// The physical floor: the rows the generated batches make, appended through one prepared
 /// statement to a table without any index (not even a primary key), in transactions of
-/// [`FLOOR_ROWS_PER_COMMIT`] rows, same page size and durability as the service. Only the inserts are timed.
+/// [`FLOOR_ROWS_PER_COMMIT`] rows, same page size and durability as the service. Only the
+/// inserts are timed.
 fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
     let conn = rusqlite::Connection::open(dir.join("floor.db"))?;
     conn.execute_batch(&format!(

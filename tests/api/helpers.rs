@@ -68,6 +68,23 @@ pub async fn fresh_db(backend: Backend) -> Option<(DatabaseConnection, Option<te
 
 /// The state a server would get, over a fresh database, with no server (and so no background
 /// task such as the ingest applier) running.
+/// A Pro organization tracking `localhost`, created straight in the database.
+pub async fn org_in(db: &DatabaseConnection, name: &str) -> CreatedOrganization {
+    admin::create_org(
+        db,
+        NewOrganization {
+            name: name.into(),
+            plan: Plan::Pro,
+            api_call_limit: None,
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec!["localhost".into()],
+        },
+    )
+    .await
+    .expect("create org")
+}
+
 pub async fn state_without_server(
     backend: Backend,
 ) -> Option<(AppState, Option<tempfile::TempDir>)> {
@@ -194,19 +211,7 @@ impl TestApp {
     }
 
     pub async fn org(&self, name: &str) -> CreatedOrganization {
-        admin::create_org(
-            &self.db,
-            NewOrganization {
-                name: name.into(),
-                plan: Plan::Pro,
-                api_call_limit: None,
-                connection_limit: None,
-                ingest_rate_limit: None,
-                tracking_domains: vec!["localhost".into()],
-            },
-        )
-        .await
-        .expect("create org")
+        org_in(&self.db, name).await
     }
 
     /// An organization seeded with the demo data set.

@@ -1035,21 +1035,7 @@ async fn journaled_events_fill_every_view_column() {
         };
         let mut orgs = Vec::new();
         for name in ["Journal Co", "Bystander Co"] {
-            orgs.push(
-                admin::create_org(
-                    &state.db,
-                    NewOrganization {
-                        name: name.into(),
-                        plan: Plan::Pro,
-                        api_call_limit: None,
-                        connection_limit: None,
-                        ingest_rate_limit: None,
-                        tracking_domains: vec![],
-                    },
-                )
-                .await
-                .expect("org"),
-            );
+            orgs.push(crate::helpers::org_in(&state.db, name).await);
         }
         let body = json!({"visitorId": VISITOR, "events": [
             page("custom", json!({"eventName": "seat_added", "messageId": "j1",

@@ -2,13 +2,10 @@
 //! main file are moved in, rows the applied mark covers are neither applied again nor shown
 //! twice, and two appliers racing for the same batches apply them once.
 
-use custintel::{
-    ingest::{
-        applier::apply_next,
-        journal::{self, Journal},
-        validate::{validate_batch, Batch},
-    },
-    ops::admin::{self, NewOrganization, Plan},
+use custintel::ingest::{
+    applier::apply_next,
+    journal::{self, Journal},
+    validate::{validate_batch, Batch},
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use serde_json::{json, Value};
@@ -48,18 +45,7 @@ async fn events_in_view(state: &custintel::state::AppState, org: &str) -> Value 
 }
 
 async fn create_org(db: &DatabaseConnection, name: &str) -> String {
-    let new = NewOrganization {
-        name: name.into(),
-        plan: Plan::Pro,
-        api_call_limit: None,
-        connection_limit: None,
-        ingest_rate_limit: None,
-        tracking_domains: vec![],
-    };
-    admin::create_org(db, new)
-        .await
-        .expect("org")
-        .organization_id
+    crate::helpers::org_in(db, name).await.organization_id
 }
 
 /// A pool of its own on the test's database file, as a second process would have.
