@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use entity::event;
-use sea_orm::{ConnectionTrait, DbErr, Value as DbValue};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value as DbValue};
 use serde_json::Value;
 
 /// Columns per event row.
@@ -69,30 +69,72 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
 }
 
 /// Inserts rows in multi-row statements with their values moved in ([`crate::db::RowsInsert`]).
+///
+/// On SQLite the statements are pipelined: while the driver's thread executes one statement,
+/// this task builds the next one's values (the `data` column serialized here, as the text the
+/// driver would have written). The two halves took turns on one core before, with the other
+/// core idle while the applier worked through a backlog.
 pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
-    const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
-        into: "events (id, organization_id, message_id, event_type, event_name, visitor_id, \
-               user_id, customer_id, url, path, occurred_at, received_at, data)",
-        width: COLUMNS,
-        tail: "",
-    };
-    let mut values: Vec<DbValue> = Vec::with_capacity(rows.len() * COLUMNS);
-    for r in rows {
-        values.extend([
-            r.id.into(),
-            r.organization_id.into(),
-            r.message_id.into(),
-            r.event_type.into(),
-            r.event_name.into(),
-            r.visitor_id.into(),
-            r.user_id.into(),
-            r.customer_id.into(),
-            r.url.into(),
-            r.path.into(),
-            r.occurred_at.into(),
-            r.received_at.into(),
-            DbValue::Json(Some(Box::new(r.data))),
-        ]);
+    if conn.get_database_backend() != DbBackend::Sqlite {
+        let mut values = Vec::with_capacity(rows.len() * COLUMNS);
+        for r in rows {
+            values.extend(row_values(r, false));
+        }
+        return EVENTS.exec(conn, values).await;
     }
-    EVENTS.exec(conn, values).await
+    let mut rows = rows.into_iter();
+    let mut build = || {
+        let mut values = Vec::with_capacity(ROWS_PER_STATEMENT * COLUMNS);
+        for r in rows.by_ref().take(ROWS_PER_STATEMENT) {
+            values.extend(row_values(r, true));
+        }
+        values
+    };
+    let mut next = build();
+    while !next.is_empty() {
+        let current = std::mem::take(&mut next);
+        // `join!` polls the insert first: it hands the statement to the driver's thread and
+        // waits; the building then runs on this thread meanwhile.
+        let (inserted, built) = tokio::join!(EVENTS.exec(conn, current), async { build() });
+        inserted?;
+        next = built;
+    }
+    Ok(())
+}
+
+/// Rows per statement when pipelined: small enough that building the first statement's
+/// values (done before anything overlaps) is a small share of a group, large enough that each
+/// statement's round trip to the driver's thread is amortized.
+const ROWS_PER_STATEMENT: usize = 400;
+
+const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
+    into: "events (id, organization_id, message_id, event_type, event_name, visitor_id, \
+           user_id, customer_id, url, path, occurred_at, received_at, data)",
+    width: COLUMNS,
+    tail: "",
+};
+
+/// One row's values in the column order of [`EVENTS`]; `data` as JSON text when
+/// `json_as_text` (SQLite stores JSON as text: the same bytes its driver would write).
+fn row_values(r: EventRow, json_as_text: bool) -> [DbValue; COLUMNS] {
+    let data = if json_as_text {
+        DbValue::String(Some(r.data.to_string()))
+    } else {
+        DbValue::Json(Some(Box::new(r.data)))
+    };
+    [
+        r.id.into(),
+        r.organization_id.into(),
+        r.message_id.into(),
+        r.event_type.into(),
+        r.event_name.into(),
+        r.visitor_id.into(),
+        r.user_id.into(),
+        r.customer_id.into(),
+        r.url.into(),
+        r.path.into(),
+        r.occurred_at.into(),
+        r.received_at.into(),
+        data,
+    ]
 }
