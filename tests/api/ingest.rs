@@ -1155,3 +1155,103 @@ async fn two_instances_store_each_event_once_postgres() {
         .expect("users");
     assert_eq!(users.len(), 8, "one user per client, not one per instance");
 }
+
+// One apply (one group) that identifies a user, moves their stage, bills their account and
+// identifies them again with new traits: the second identify must see what the stage and
+// billing events wrote (the group keeps the users and accounts it names in memory), not write
+// the stage or billing status back as they were before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_group_sees_its_own_identity_writes() {
+    for backend in [
+        crate::helpers::Backend::Sqlite,
+        crate::helpers::Backend::Postgres,
+    ] {
+        let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+            continue;
+        };
+        let org = crate::helpers::org_in(&state.db, "Group Co").await;
+        let other = crate::helpers::org_in(&state.db, "Other Co").await;
+        let batch = |org: &str, events: Value| {
+            let body = json!({"visitorId": VISITOR, "events": events});
+            let (batch, errors) = custintel::ingest::validate::validate_batch(
+                org,
+                body.to_string().as_bytes(),
+                chrono::Utc::now(),
+            )
+            .expect("valid batch");
+            assert!(errors.is_empty(), "{errors:?}");
+            batch
+        };
+        let identify = |plan: &str, tier: &str| {
+            page(
+                "identify",
+                json!({"userId": "u-1", "email": "ada@acme.com", "traits": {"plan": plan},
+                       "customerId": "acct-1", "customerTraits": {"tier": tier}}),
+            )
+        };
+        let batches = [
+            // Another organization's user and account under the same keys stay apart.
+            batch(&other.organization_id, json!([identify("other", "other")])),
+            batch(&org.organization_id, json!([identify("free", "small")])),
+            batch(
+                &org.organization_id,
+                json!([page("stage", json!({"stage": "activated"}))]),
+            ),
+            batch(
+                &org.organization_id,
+                json!([page(
+                    "billing",
+                    json!({"status": "paid", "customerId": "acct-1"})
+                )]),
+            ),
+            batch(&org.organization_id, json!([identify("pro", "large")])),
+        ];
+        let refs: Vec<_> = batches.iter().collect();
+        custintel::ingest::journal::append(&state.db, &refs)
+            .await
+            .expect("journal");
+        let journal = custintel::ingest::journal::Journal::of(&state.db)
+            .await
+            .expect("journal");
+        let mut rules = Default::default();
+        let applied = custintel::ingest::applier::apply_next(&journal, &mut rules)
+            .await
+            .expect("apply")
+            .expect("applied");
+        assert_eq!(applied.batches, batches.len(), "one group");
+
+        let users = user::Entity::find()
+            .filter(user::Column::OrganizationId.eq(org.organization_id.as_str()))
+            .all(&state.db)
+            .await
+            .expect("users");
+        assert_eq!(users.len(), 1, "{users:?}");
+        assert_eq!(
+            users[0].stage, "activated",
+            "the stage event's write stands"
+        );
+        assert_eq!(users[0].traits["plan"], "pro");
+        let customers = customer::Entity::find()
+            .filter(customer::Column::OrganizationId.eq(org.organization_id.as_str()))
+            .all(&state.db)
+            .await
+            .expect("customers");
+        assert_eq!(customers.len(), 1, "{customers:?}");
+        assert_eq!(customers[0].billing_status, BillingStatus::Paying);
+        assert_eq!(customers[0].traits["tier"], "large");
+        assert_eq!(
+            users[0].customer_id.as_deref(),
+            Some(customers[0].id.as_str())
+        );
+
+        let theirs = user::Entity::find()
+            .filter(user::Column::OrganizationId.eq(other.organization_id.as_str()))
+            .all(&state.db)
+            .await
+            .expect("users");
+        assert_eq!(theirs.len(), 1);
+        assert_ne!(theirs[0].id, users[0].id);
+        assert_eq!(theirs[0].traits["plan"], "other");
+        assert_eq!(theirs[0].stage, "signed_up");
+    }
+}

@@ -5,20 +5,21 @@ use entity::{
     billing_change,
     customer::{self, BillingStatus},
 };
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
-    QueryFilter, Set,
-};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, Set};
 
 use serde_json::{Map, Value};
 
-use super::identity::{customer_by_external_id, merge_traits};
+use super::{
+    identity::{customer_by_external_id, find_customer, merge_traits, remember_customer},
+    Group,
+};
 use crate::ingest::model::BillingEventStatus;
 
 /// Sets an account's billing status (creating the account when unseen) and records the
 /// change in its billing history; answers the account's id.
 pub(super) async fn set_billing<C: ConnectionTrait>(
     conn: &C,
+    group: &mut Group,
     org: &str,
     customer_id: Option<&str>,
     stripe_customer_id: Option<&str>,
@@ -33,11 +34,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
     };
     let mut found = None;
     for external_id in [customer_id, stripe_customer_id].into_iter().flatten() {
-        found = customer::Entity::find()
-            .filter(customer::Column::OrganizationId.eq(org))
-            .filter(customer::Column::ExternalId.eq(external_id))
-            .one(conn)
-            .await?;
+        found = find_customer(conn, group, org, external_id).await?;
         if found.is_some() {
             break;
         }
@@ -50,7 +47,8 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         Some(row) => row,
         None => {
             let external_id = customer_id.or(stripe_customer_id).unwrap_or_default();
-            let id = customer_by_external_id(conn, org, external_id, Map::new(), now).await?;
+            let id =
+                customer_by_external_id(conn, group, org, external_id, Map::new(), now).await?;
             customer::Entity::find_by_id(id.clone())
                 .one(conn)
                 .await?
@@ -65,6 +63,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         let active = updated.clone().into_active_model().reset_all();
         active.update(conn).await?;
     }
+    remember_customer(group, updated);
     if row.billing_status != billing_status {
         billing_change::ActiveModel {
             id: Set(uuid::Uuid::new_v4().to_string()),

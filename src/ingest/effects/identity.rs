@@ -56,13 +56,16 @@ impl BatchIdentity {
             touch_visitor(group, key, last_event_at);
         }
         let mut batch_customer = match &batch.customer_identity {
-            Some(c) => Some(resolve_customer(conn, org, c, now).await?),
+            Some(c) => Some(resolve_customer(conn, group, org, c, now).await?),
             None => None,
         };
         let user = match &batch.user_identity {
             Some(u) => {
                 let stage = u.user_id.as_ref().map(|_| SIGNED_UP);
-                Some(resolve_user(conn, org, u, stage, batch_customer.as_deref(), now).await?)
+                Some(
+                    resolve_user(conn, group, org, u, stage, batch_customer.as_deref(), now)
+                        .await?,
+                )
             }
             None => visitor_key
                 .as_ref()
@@ -133,7 +136,8 @@ pub(super) async fn identify<C: ConnectionTrait>(
     let now = batch.received_at;
     let customer = match customer_id {
         Some(external_id) => Some(
-            customer_by_external_id(conn, org, external_id, customer_traits.clone(), now).await?,
+            customer_by_external_id(conn, group, org, external_id, customer_traits.clone(), now)
+                .await?,
         ),
         None => None,
     };
@@ -144,6 +148,7 @@ pub(super) async fn identify<C: ConnectionTrait>(
     };
     let identified = resolve_user(
         conn,
+        group,
         org,
         &UserRef {
             email: email.clone(),
@@ -192,11 +197,13 @@ pub(super) async fn attribute<C: ConnectionTrait>(
     let org = batch.organization_id.as_str();
     let now = batch.received_at;
     if let Some(external_id) = customer_id {
-        to.customer = Some(customer_by_external_id(conn, org, external_id, Map::new(), now).await?);
+        to.customer =
+            Some(customer_by_external_id(conn, group, org, external_id, Map::new(), now).await?);
     }
     if email.is_some() || user_id.is_some() {
         let found = resolve_user(
             conn,
+            group,
             org,
             &UserRef {
                 email: email.clone(),
@@ -311,6 +318,7 @@ fn trait_str(traits: &Map<String, Value>, key: &str) -> Option<String> {
 /// further than that and never lowers one. A user without an account joins `customer_id`.
 async fn resolve_user<C: ConnectionTrait>(
     conn: &C,
+    group: &mut Group,
     org: &str,
     who: &UserRef,
     stage: Option<&str>,
@@ -319,11 +327,17 @@ async fn resolve_user<C: ConnectionTrait>(
 ) -> Result<UserLink, DbErr> {
     let mut found = None;
     if let Some(external_id) = &who.user_id {
-        found = user::Entity::find()
-            .filter(user::Column::OrganizationId.eq(org))
-            .filter(user::Column::ExternalId.eq(external_id.as_str()))
-            .one(conn)
-            .await?;
+        let key = (org.to_string(), external_id.clone());
+        found = match group.users_by_external_id.get(&key) {
+            Some(known) => known.clone(),
+            None => {
+                user::Entity::find()
+                    .filter(user::Column::OrganizationId.eq(org))
+                    .filter(user::Column::ExternalId.eq(external_id.as_str()))
+                    .one(conn)
+                    .await?
+            }
+        };
     }
     if found.is_none() {
         if let Some(email) = &who.email {
@@ -362,14 +376,16 @@ async fn resolve_user<C: ConnectionTrait>(
                 let active = row.clone().into_active_model().reset_all();
                 active.update(conn).await?;
             }
-            Ok(UserLink {
-                id: row.id,
-                customer_id: row.customer_id,
-            })
+            let link = UserLink {
+                id: row.id.clone(),
+                customer_id: row.customer_id.clone(),
+            };
+            remember_user(group, row);
+            Ok(link)
         }
         None => {
             let id = uuid::Uuid::new_v4().to_string();
-            user::ActiveModel {
+            let created = user::ActiveModel {
                 id: Set(id.clone()),
                 organization_id: Set(org.to_string()),
                 customer_id: Set(customer_id.map(str::to_string)),
@@ -384,6 +400,7 @@ async fn resolve_user<C: ConnectionTrait>(
             }
             .insert(conn)
             .await?;
+            remember_user(group, created);
             Ok(UserLink {
                 id,
                 customer_id: customer_id.map(str::to_string),
@@ -395,6 +412,7 @@ async fn resolve_user<C: ConnectionTrait>(
 /// [`resolve_customer`] for an account named by its `externalId` alone.
 pub(super) async fn customer_by_external_id<C: ConnectionTrait>(
     conn: &C,
+    group: &mut Group,
     org: &str,
     external_id: &str,
     traits: Map<String, Value>,
@@ -404,22 +422,19 @@ pub(super) async fn customer_by_external_id<C: ConnectionTrait>(
         external_id: external_id.to_string(),
         traits,
     };
-    resolve_customer(conn, org, &who, now).await
+    resolve_customer(conn, group, org, &who, now).await
 }
 
 /// Finds the account by `externalId`, creating it when unseen; `name` and `domain` traits
 /// fill its name and domain, the other traits merge into its traits.
 pub(super) async fn resolve_customer<C: ConnectionTrait>(
     conn: &C,
+    group: &mut Group,
     org: &str,
     who: &CustomerRef,
     now: DateTime<Utc>,
 ) -> Result<String, DbErr> {
-    let found = customer::Entity::find()
-        .filter(customer::Column::OrganizationId.eq(org))
-        .filter(customer::Column::ExternalId.eq(who.external_id.as_str()))
-        .one(conn)
-        .await?;
+    let found = find_customer(conn, group, org, &who.external_id).await?;
     let name = trait_str(&who.traits, "name");
     let domain = trait_str(&who.traits, "domain").map(|d| d.to_lowercase());
     let mut other = who.traits.clone();
@@ -440,11 +455,13 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
                 let active = row.clone().into_active_model().reset_all();
                 active.update(conn).await?;
             }
-            Ok(row.id)
+            let id = row.id.clone();
+            remember_customer(group, row);
+            Ok(id)
         }
         None => {
             let id = uuid::Uuid::new_v4().to_string();
-            customer::ActiveModel {
+            let created = customer::ActiveModel {
                 id: Set(id.clone()),
                 organization_id: Set(org.to_string()),
                 name: Set(name.unwrap_or_else(|| who.external_id.clone())),
@@ -459,6 +476,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
             }
             .insert(conn)
             .await?;
+            remember_customer(group, created);
             Ok(id)
         }
     }
@@ -466,6 +484,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
 
 pub(super) async fn set_stage<C: ConnectionTrait>(
     conn: &C,
+    group: &mut Group,
     user_id: &str,
     stage: StageName,
     now: DateTime<Utc>,
@@ -482,5 +501,47 @@ pub(super) async fn set_stage<C: ConnectionTrait>(
         .filter(user::Column::Stage.ne(stage))
         .exec(conn)
         .await?;
+    // The group's copy of that user (if any) no longer matches what is stored.
+    group
+        .users_by_external_id
+        .retain(|_, known| known.as_ref().is_none_or(|u| u.id != user_id));
     Ok(())
+}
+
+/// The account stored under `external_id`: what the group knows, else the database.
+pub(super) async fn find_customer<C: ConnectionTrait>(
+    conn: &C,
+    group: &Group,
+    org: &str,
+    external_id: &str,
+) -> Result<Option<customer::Model>, DbErr> {
+    if let Some(known) = group
+        .customers_by_external_id
+        .get(&(org.to_string(), external_id.to_string()))
+    {
+        return Ok(known.clone());
+    }
+    customer::Entity::find()
+        .filter(customer::Column::OrganizationId.eq(org))
+        .filter(customer::Column::ExternalId.eq(external_id))
+        .one(conn)
+        .await
+}
+
+/// Keeps the group's copy of an account the group wrote (or found) current.
+pub(super) fn remember_customer(group: &mut Group, row: customer::Model) {
+    if let Some(external_id) = row.external_id.clone() {
+        group
+            .customers_by_external_id
+            .insert((row.organization_id.clone(), external_id), Some(row));
+    }
+}
+
+/// Keeps the group's copy of a user the group wrote (or found) current.
+fn remember_user(group: &mut Group, row: user::Model) {
+    if let Some(external_id) = row.external_id.clone() {
+        group
+            .users_by_external_id
+            .insert((row.organization_id.clone(), external_id), Some(row));
+    }
 }

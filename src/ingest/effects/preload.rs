@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use entity::{engagement_session, visitor};
+use entity::{customer, engagement_session, user, visitor};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 
 use super::{Group, SessionState, VisitorState};
@@ -125,4 +125,101 @@ pub(super) async fn preload_sessions<C: ConnectionTrait>(
         }
     }
     Ok(())
+}
+
+/// Loads every account (by `externalId`) and user (by `userId`) the group's batches and their
+/// identity, attribution and billing events name, one query per organization and chunk;
+/// a key without a stored row is remembered as `None`. Where two rows share a key, the first
+/// the index yields is kept, as the single-row look-up it replaces would have found.
+pub(super) async fn preload_identities<C: ConnectionTrait>(
+    conn: &C,
+    group: &mut Group,
+    batches: &[&Batch],
+) -> Result<(), DbErr> {
+    let customers = keys_by_org(batches, |batch, ids| {
+        if let Some(c) = &batch.customer_identity {
+            ids.insert(c.external_id.as_str());
+        }
+        for event in &batch.events {
+            match &event.effect {
+                Effect::Identify { customer_id, .. } | Effect::Attribute { customer_id, .. } => {
+                    ids.extend(customer_id.as_deref())
+                }
+                Effect::Billing {
+                    customer_id,
+                    stripe_customer_id,
+                    ..
+                } => ids.extend(
+                    customer_id
+                        .as_deref()
+                        .into_iter()
+                        .chain(stripe_customer_id.as_deref()),
+                ),
+                _ => {}
+            }
+        }
+    });
+    for (org, ids) in customers {
+        use customer::Column as C;
+        let found = find_in_chunks::<customer::Entity, _>(
+            conn,
+            C::OrganizationId,
+            org,
+            C::ExternalId,
+            &ids,
+        )
+        .await?;
+        remember(&mut group.customers_by_external_id, org, &ids, found, |c| {
+            c.external_id.as_deref()
+        });
+    }
+    let users = keys_by_org(batches, |batch, ids| {
+        if let Some(u) = batch
+            .user_identity
+            .as_ref()
+            .and_then(|u| u.user_id.as_deref())
+        {
+            ids.insert(u);
+        }
+        for event in &batch.events {
+            if let Effect::Identify { user_id, .. } | Effect::Attribute { user_id, .. } =
+                &event.effect
+            {
+                ids.extend(user_id.as_deref());
+            }
+        }
+    });
+    for (org, ids) in users {
+        use user::Column as U;
+        let found =
+            find_in_chunks::<user::Entity, _>(conn, U::OrganizationId, org, U::ExternalId, &ids)
+                .await?;
+        remember(&mut group.users_by_external_id, org, &ids, found, |u| {
+            u.external_id.as_deref()
+        });
+    }
+    Ok(())
+}
+
+/// Records `found` under its keys and every other key of `keys` as not stored.
+fn remember<M>(
+    known: &mut HashMap<(String, String), Option<M>>,
+    org: &str,
+    keys: &[&str],
+    found: Vec<M>,
+    key_of: fn(&M) -> Option<&str>,
+) {
+    for key in keys {
+        known.insert((org.to_string(), key.to_string()), None);
+    }
+    for row in found {
+        if let Some(key) = key_of(&row) {
+            let slot = known
+                .entry((org.to_string(), key.to_string()))
+                .or_insert(None);
+            if slot.is_none() {
+                *slot = Some(row);
+            }
+        }
+    }
 }
