@@ -1257,40 +1257,25 @@ where
         .copied()
         .filter(|c| c.as_str() != "id")
         .collect();
-    let backend = txn.get_database_backend();
-    let per_statement = (STATEMENT_PARAMETERS / columns.len().max(1)).clamp(1, ROWS_PER_UPSERT);
-    let mut rows = rows.into_iter();
-    let mut build = || {
+    let per_statement = (STATEMENT_PARAMETERS / columns.len().max(1)).max(1);
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
         let batch: Vec<E::ActiveModel> = rows
             .by_ref()
             .take(per_statement)
             .map(|m| m.into_active_model().reset_all())
             .collect();
-        (!batch.is_empty()).then(|| {
-            E::insert_many(batch)
-                .on_conflict(
-                    OnConflict::column(id)
-                        .update_columns(others.iter().copied())
-                        .to_owned(),
-                )
-                .build(backend)
-        })
-    };
-    let mut next = build();
-    while let Some(statement) = next.take() {
-        // `join!` polls the write first: it hands the statement to the driver's thread and
-        // waits; the next statement is built on this thread meanwhile.
-        let (written, built) = tokio::join!(txn.execute_raw(statement), async { build() });
-        written?;
-        next = built;
+        E::insert_many(batch)
+            .on_conflict(
+                OnConflict::column(id)
+                    .update_columns(others.iter().copied())
+                    .to_owned(),
+            )
+            .exec_without_returning(txn)
+            .await?;
     }
     Ok(())
 }
-
-/// Rows per upsert statement: the import's task spent more time turning rows into statements
-/// than SQLite spent executing them, so a chunk's rows go in several statements, each built
-/// while the previous one executes.
-const ROWS_PER_UPSERT: usize = 400;
 
 /// Appends the chunk's `change_log` rows and returns the last sequence number given to each
 /// (artifact type, id): the `change_seq` its row carries.
