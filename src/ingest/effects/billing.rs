@@ -1,11 +1,8 @@
 //! Billing events: an account's billing status and its history.
 
 use chrono::{DateTime, Utc};
-use entity::{
-    billing_change,
-    customer::{self, BillingStatus},
-};
-use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, Set};
+use entity::{billing_change, customer::BillingStatus};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, IntoActiveModel, Set};
 
 use serde_json::{Map, Value};
 
@@ -47,10 +44,10 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         Some(row) => row,
         None => {
             let external_id = customer_id.or(stripe_customer_id).unwrap_or_default();
+            // Created (and remembered by the group) under `external_id`: no second read.
             let id =
                 customer_by_external_id(conn, group, org, external_id, Map::new(), now).await?;
-            customer::Entity::find_by_id(id.clone())
-                .one(conn)
+            find_customer(conn, group, org, external_id)
                 .await?
                 .ok_or_else(|| DbErr::RecordNotFound(format!("customer {id}")))?
         }

@@ -327,17 +327,7 @@ async fn resolve_user<C: ConnectionTrait>(
 ) -> Result<UserLink, DbErr> {
     let mut found = None;
     if let Some(external_id) = &who.user_id {
-        let key = (org.to_string(), external_id.clone());
-        found = match group.users_by_external_id.get(&key) {
-            Some(known) => known.clone(),
-            None => {
-                user::Entity::find()
-                    .filter(user::Column::OrganizationId.eq(org))
-                    .filter(user::Column::ExternalId.eq(external_id.as_str()))
-                    .one(conn)
-                    .await?
-            }
-        };
+        found = find_user(conn, group, org, external_id).await?;
     }
     if found.is_none() {
         if let Some(email) = &who.email {
@@ -524,6 +514,26 @@ pub(super) async fn find_customer<C: ConnectionTrait>(
     customer::Entity::find()
         .filter(customer::Column::OrganizationId.eq(org))
         .filter(customer::Column::ExternalId.eq(external_id))
+        .one(conn)
+        .await
+}
+
+/// The user stored under `external_id` (`userId`): what the group knows, else the database.
+async fn find_user<C: ConnectionTrait>(
+    conn: &C,
+    group: &Group,
+    org: &str,
+    external_id: &str,
+) -> Result<Option<user::Model>, DbErr> {
+    if let Some(known) = group
+        .users_by_external_id
+        .get(&(org.to_string(), external_id.to_string()))
+    {
+        return Ok(known.clone());
+    }
+    user::Entity::find()
+        .filter(user::Column::OrganizationId.eq(org))
+        .filter(user::Column::ExternalId.eq(external_id))
         .one(conn)
         .await
 }
