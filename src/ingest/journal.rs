@@ -275,33 +275,56 @@ pub struct JournalEntry {
     pub batch: Batch,
 }
 
+/// A batch's JSON text as the journal stores it.
+pub fn encode(batch: &Batch) -> Result<String, DbErr> {
+    serde_json::to_string(batch).map_err(|e| DbErr::Custom(format!("cannot encode a batch: {e}")))
+}
+
 /// Appends batches (in the caller's transaction). Empty batches are not written.
 pub async fn append<C: ConnectionTrait>(conn: &C, batches: &[&Batch]) -> Result<(), DbErr> {
+    let mut encoded = Vec::with_capacity(batches.len());
+    for batch in batches {
+        encoded.push((*batch, encode(batch)?));
+    }
+    let rows: Vec<(&Batch, &str)> = encoded.iter().map(|(b, t)| (*b, t.as_str())).collect();
+    append_encoded(conn, &rows).await
+}
+
+/// Whether [`append_encoded`] writes these batches in one statement: outside a transaction,
+/// that statement is then a transaction of its own.
+pub fn fits_one_statement(rows: &[(&Batch, &str)]) -> bool {
+    rows.iter().filter(|(b, _)| !b.events.is_empty()).count() <= ROWS_PER_INSERT
+}
+
+/// Appends batches with their [`encode`]d text (in the caller's transaction, or, when they
+/// [`fits_one_statement`], atomically by themselves). Empty batches are not written.
+pub async fn append_encoded<C: ConnectionTrait>(
+    conn: &C,
+    rows: &[(&Batch, &str)],
+) -> Result<(), DbErr> {
     let backend = conn.get_database_backend();
     // PostgreSQL keeps the batch as jsonb (the events view expands it there); the text is cast.
     let json_param = match backend {
         DbBackend::Postgres => "CAST(? AS jsonb)",
         _ => "?",
     };
-    let batches: Vec<&&Batch> = batches.iter().filter(|b| !b.events.is_empty()).collect();
-    for chunk in batches.chunks(ROWS_PER_INSERT) {
+    let rows: Vec<&(&Batch, &str)> = rows.iter().filter(|(b, _)| !b.events.is_empty()).collect();
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
         let mut sql = String::from(
             "INSERT INTO ingest_journal (organization_id, received_at, event_count, batch) VALUES ",
         );
         let mut values: Vec<DbValue> = Vec::with_capacity(chunk.len() * 4);
-        for (i, batch) in chunk.iter().enumerate() {
+        for (i, (batch, text)) in chunk.iter().enumerate() {
             if i > 0 {
                 sql.push(',');
             }
             sql.push_str("(?, ?, ?, ");
             sql.push_str(json_param);
             sql.push(')');
-            let text = serde_json::to_string(batch)
-                .map_err(|e| DbErr::Custom(format!("cannot encode a batch: {e}")))?;
             values.push(batch.organization_id.clone().into());
             values.push(batch.received_at.into());
             values.push(i32::try_from(batch.events.len()).unwrap_or(i32::MAX).into());
-            values.push(text.into());
+            values.push((*text).into());
         }
         conn.execute_raw(Statement::from_sql_and_values(
             backend,

@@ -231,8 +231,14 @@ impl Ingest {
                 .inner
                 .writer
                 .get_or_init(|| writer::spawn(self.inner.db.clone(), self.inner.window));
+            // Encoded here, on the request's task: the one writer task only concatenates.
+            let encoded = journal::encode(&batch).ok();
             writer
-                .send(writer::Job { batch, reply })
+                .send(writer::Job {
+                    batch,
+                    encoded,
+                    reply,
+                })
                 .await
                 .map_err(|_| IngestError::Internal("the event writer has stopped".into()))?;
             answer
