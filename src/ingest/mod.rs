@@ -231,7 +231,8 @@ impl Ingest {
                 .inner
                 .writer
                 .get_or_init(|| writer::spawn(self.inner.db.clone(), self.inner.window));
-            // Encoded here, on the request's task: the one writer task only concatenates.
+            // Encoded here, on the request's task, in parallel with other requests: the one
+            // writer task then only writes the text.
             let encoded = journal::encode(&batch).ok();
             writer
                 .send(writer::Job {
