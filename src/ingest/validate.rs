@@ -236,18 +236,13 @@ pub fn validate_batch(
     // one standing in: read through the path tracking, every value in it would be rebuilt (a
     // third of the validation's time). An `events` that is not an array stays, for the error.
     let mut value = value;
-    let events = match value.as_object_mut() {
-        Some(object) => match object.get_mut("events") {
-            Some(events @ Value::Array(_)) => Some(std::mem::replace(events, Value::Array(vec![]))),
-            _ => None,
-        },
-        None => None,
+    let events = match value.get_mut("events") {
+        Some(Value::Array(events)) => std::mem::take(events),
+        _ => Vec::new(),
     };
     let mut raw: RawBatch =
         parse_from::<RawBatch, _>(value).map_err(|issues| RequestRejected(first_issue(&issues)))?;
-    if let Some(Value::Array(events)) = events {
-        raw.events = events;
-    }
+    raw.events = events;
     let source = raw.source.unwrap_or(EventSource::Client);
     let visitor_id = match clean(raw.visitor_id) {
         Some(v) => match uuid::Uuid::parse_str(&v) {

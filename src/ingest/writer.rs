@@ -211,19 +211,18 @@ async fn write_group(
         .filter_map(|p| Some((&p.job.batch, p.job.encoded.as_deref()?)))
         .collect();
     let encoded = started.elapsed();
+    // One statement is a transaction of its own: a group that fits one needs no BEGIN and
+    // COMMIT round trips to the driver's thread, which took as long as the insert itself.
+    let txn = match txn {
+        None if !journal::fits_one_statement(&rows) => Some(crate::db::begin_write(db).await?),
+        txn => txn,
+    };
     match txn {
         Some(txn) => {
             journal::append_encoded(&txn, &rows).await?;
             txn.commit().await?;
         }
-        // One statement is a transaction of its own: no BEGIN and COMMIT round trips to the
-        // driver's thread, which took as long as the insert itself.
-        None if journal::fits_one_statement(&rows) => journal::append_encoded(db, &rows).await?,
-        None => {
-            let txn = crate::db::begin_write(db).await?;
-            journal::append_encoded(&txn, &rows).await?;
-            txn.commit().await?;
-        }
+        None => journal::append_encoded(db, &rows).await?,
     }
     let committed = started.elapsed();
     let journaled: usize = rows.iter().map(|(b, _)| b.events.len()).sum();

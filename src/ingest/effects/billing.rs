@@ -7,7 +7,7 @@ use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, IntoActiveModel, Set};
 use serde_json::{Map, Value};
 
 use super::{
-    identity::{customer_by_external_id, find_customer, merge_traits, remember_customer},
+    identity::{customer_by_external_id, merge_traits},
     Group,
 };
 use crate::ingest::model::BillingEventStatus;
@@ -31,7 +31,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
     };
     let mut found = None;
     for external_id in [customer_id, stripe_customer_id].into_iter().flatten() {
-        found = find_customer(conn, group, org, external_id).await?;
+        found = group.customers.find(conn, org, external_id).await?;
         if found.is_some() {
             break;
         }
@@ -47,7 +47,9 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
             // Created (and remembered by the group) under `external_id`: no second read.
             let id =
                 customer_by_external_id(conn, group, org, external_id, Map::new(), now).await?;
-            find_customer(conn, group, org, external_id)
+            group
+                .customers
+                .find(conn, org, external_id)
                 .await?
                 .ok_or_else(|| DbErr::RecordNotFound(format!("customer {id}")))?
         }
@@ -60,7 +62,7 @@ pub(super) async fn set_billing<C: ConnectionTrait>(
         let active = updated.clone().into_active_model().reset_all();
         active.update(conn).await?;
     }
-    remember_customer(group, updated);
+    group.customers.remember(updated);
     if row.billing_status != billing_status {
         billing_change::ActiveModel {
             id: Set(uuid::Uuid::new_v4().to_string()),

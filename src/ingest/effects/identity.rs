@@ -327,7 +327,7 @@ async fn resolve_user<C: ConnectionTrait>(
 ) -> Result<UserLink, DbErr> {
     let mut found = None;
     if let Some(external_id) = &who.user_id {
-        found = find_user(conn, group, org, external_id).await?;
+        found = group.users.find(conn, org, external_id).await?;
     }
     if found.is_none() {
         if let Some(email) = &who.email {
@@ -370,7 +370,7 @@ async fn resolve_user<C: ConnectionTrait>(
                 id: row.id.clone(),
                 customer_id: row.customer_id.clone(),
             };
-            remember_user(group, row);
+            group.users.remember(row);
             Ok(link)
         }
         None => {
@@ -390,7 +390,7 @@ async fn resolve_user<C: ConnectionTrait>(
             }
             .insert(conn)
             .await?;
-            remember_user(group, created);
+            group.users.remember(created);
             Ok(UserLink {
                 id,
                 customer_id: customer_id.map(str::to_string),
@@ -424,7 +424,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
     who: &CustomerRef,
     now: DateTime<Utc>,
 ) -> Result<String, DbErr> {
-    let found = find_customer(conn, group, org, &who.external_id).await?;
+    let found = group.customers.find(conn, org, &who.external_id).await?;
     let name = trait_str(&who.traits, "name");
     let domain = trait_str(&who.traits, "domain").map(|d| d.to_lowercase());
     let mut other = who.traits.clone();
@@ -446,7 +446,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
                 active.update(conn).await?;
             }
             let id = row.id.clone();
-            remember_customer(group, row);
+            group.customers.remember(row);
             Ok(id)
         }
         None => {
@@ -466,7 +466,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
             }
             .insert(conn)
             .await?;
-            remember_customer(group, created);
+            group.customers.remember(created);
             Ok(id)
         }
     }
@@ -492,66 +492,6 @@ pub(super) async fn set_stage<C: ConnectionTrait>(
         .exec(conn)
         .await?;
     // The group's copy of that user (if any) no longer matches what is stored.
-    group
-        .users_by_external_id
-        .retain(|_, known| known.as_ref().is_none_or(|u| u.id != user_id));
+    group.users.forget(|u| u.id == user_id);
     Ok(())
-}
-
-/// The account stored under `external_id`: what the group knows, else the database.
-pub(super) async fn find_customer<C: ConnectionTrait>(
-    conn: &C,
-    group: &Group,
-    org: &str,
-    external_id: &str,
-) -> Result<Option<customer::Model>, DbErr> {
-    if let Some(known) = group
-        .customers_by_external_id
-        .get(&(org.to_string(), external_id.to_string()))
-    {
-        return Ok(known.clone());
-    }
-    customer::Entity::find()
-        .filter(customer::Column::OrganizationId.eq(org))
-        .filter(customer::Column::ExternalId.eq(external_id))
-        .one(conn)
-        .await
-}
-
-/// The user stored under `external_id` (`userId`): what the group knows, else the database.
-async fn find_user<C: ConnectionTrait>(
-    conn: &C,
-    group: &Group,
-    org: &str,
-    external_id: &str,
-) -> Result<Option<user::Model>, DbErr> {
-    if let Some(known) = group
-        .users_by_external_id
-        .get(&(org.to_string(), external_id.to_string()))
-    {
-        return Ok(known.clone());
-    }
-    user::Entity::find()
-        .filter(user::Column::OrganizationId.eq(org))
-        .filter(user::Column::ExternalId.eq(external_id))
-        .one(conn)
-        .await
-}
-
-/// Keeps the group's copy of an account the group wrote (or found) current.
-pub(super) fn remember_customer(group: &mut Group, row: customer::Model) {
-    if let Some(external_id) = row.external_id.clone() {
-        group
-            .customers_by_external_id
-            .insert((row.organization_id.clone(), external_id), Some(row));
-    }
-}
-
-/// Keeps the group's copy of a user the group wrote (or found) current.
-fn remember_user(group: &mut Group, row: user::Model) {
-    if let Some(external_id) = row.external_id.clone() {
-        group
-            .users_by_external_id
-            .insert((row.organization_id.clone(), external_id), Some(row));
-    }
 }

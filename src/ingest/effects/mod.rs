@@ -9,6 +9,7 @@
 mod billing;
 mod engagement;
 mod identity;
+mod known;
 mod preload;
 mod write;
 
@@ -25,6 +26,7 @@ use super::{
     validate::{AcceptedEvent, Batch, Effect},
 };
 use identity::{Attribution, BatchIdentity};
+use known::KnownRows;
 use preload::{preload_identities, preload_sessions, preload_visitors};
 use write::flush;
 
@@ -61,12 +63,10 @@ struct Group {
     closed_sessions: Vec<SessionState>,
     user_activity: HashMap<String, DateTime<Utc>>,
     customer_activity: HashMap<String, DateTime<Utc>>,
-    /// Accounts by (organization, `externalId`) and users by (organization, `userId`) that the
-    /// group's identity effects name, as stored: loaded up front (`None`: none stored) and kept
-    /// current by the group's own writes, so an `identify` costs no look-up. A write that
-    /// bypasses them (a stage event's update) removes the row it changed.
-    customers_by_external_id: HashMap<(String, String), Option<customer::Model>>,
-    users_by_external_id: HashMap<(String, String), Option<user::Model>>,
+    /// Accounts and users the group's identity effects name, as stored (`known`). A write that
+    /// bypasses them (a stage event's update) drops the row it changed.
+    customers: KnownRows<customer::Entity>,
+    users: KnownRows<user::Entity>,
     /// Time spent resolving who batches and `identify` events are (for the debug log).
     identity_time: std::time::Duration,
 }

@@ -1,9 +1,9 @@
-//! The group's look-ups before it applies anything: every visitor and session its batches
-//! name, one query per organization and chunk.
+//! The group's look-ups before it applies anything: every visitor, session, account and user
+//! its batches name, one query per organization and chunk.
 
 use std::collections::{HashMap, HashSet};
 
-use entity::{customer, engagement_session, user, visitor};
+use entity::{engagement_session, visitor};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 
 use super::{Group, SessionState, VisitorState};
@@ -32,7 +32,7 @@ fn keys_by_org<'a>(
 
 /// The rows of entity `E` in organization `org` whose `key` column is one of `keys`, one
 /// query per chunk of keys.
-async fn find_in_chunks<E: EntityTrait, C: ConnectionTrait>(
+pub(super) async fn find_in_chunks<E: EntityTrait, C: ConnectionTrait>(
     conn: &C,
     org_column: E::Column,
     org: &str,
@@ -160,18 +160,7 @@ pub(super) async fn preload_identities<C: ConnectionTrait>(
         }
     });
     for (org, ids) in customers {
-        use customer::Column as C;
-        let found = find_in_chunks::<customer::Entity, _>(
-            conn,
-            C::OrganizationId,
-            org,
-            C::ExternalId,
-            &ids,
-        )
-        .await?;
-        remember(&mut group.customers_by_external_id, org, &ids, found, |c| {
-            c.external_id.as_deref()
-        });
+        group.customers.load(conn, org, &ids).await?;
     }
     let users = keys_by_org(batches, |batch, ids| {
         if let Some(u) = batch
@@ -190,36 +179,7 @@ pub(super) async fn preload_identities<C: ConnectionTrait>(
         }
     });
     for (org, ids) in users {
-        use user::Column as U;
-        let found =
-            find_in_chunks::<user::Entity, _>(conn, U::OrganizationId, org, U::ExternalId, &ids)
-                .await?;
-        remember(&mut group.users_by_external_id, org, &ids, found, |u| {
-            u.external_id.as_deref()
-        });
+        group.users.load(conn, org, &ids).await?;
     }
     Ok(())
-}
-
-/// Records `found` under its keys and every other key of `keys` as not stored.
-fn remember<M>(
-    known: &mut HashMap<(String, String), Option<M>>,
-    org: &str,
-    keys: &[&str],
-    found: Vec<M>,
-    key_of: fn(&M) -> Option<&str>,
-) {
-    for key in keys {
-        known.insert((org.to_string(), key.to_string()), None);
-    }
-    for row in found {
-        if let Some(key) = key_of(&row) {
-            let slot = known
-                .entry((org.to_string(), key.to_string()))
-                .or_insert(None);
-            if slot.is_none() {
-                *slot = Some(row);
-            }
-        }
-    }
 }
