@@ -185,7 +185,13 @@ pub(crate) struct LoadResult {
     pub(crate) max: Duration,
     /// Share of the phase the acknowledging writer was busy (near 1: ingest saturated).
     pub(crate) writer_busy: f64,
+    /// Events acknowledged and applied per second in each stretch of [`SERIES_STEP`], so a
+    /// figure that drifts over a long phase shows where.
+    pub(crate) series: Vec<(f64, f64)>,
 }
+
+/// The length of one stretch of [`LoadResult::series`].
+const SERIES_STEP: Duration = Duration::from_secs(10);
 
 /// Temporary SQLite database, migrated, with the service's connection settings.
 pub(crate) async fn temp_db(
@@ -357,6 +363,25 @@ pub(crate) async fn drive(
         }
     };
     let busy_before = stats::stats().writer_busy_us.load(Ordering::Relaxed);
+    let series = {
+        let accepted = accepted.clone();
+        tokio::spawn(async move {
+            let mut series = Vec::new();
+            let (mut acked, mut applied) = (0, applied_total());
+            let mut end = start + SERIES_STEP;
+            while end <= deadline {
+                tokio::time::sleep_until(end.into()).await;
+                let (now_acked, now_applied) = (accepted.load(Ordering::Relaxed), applied_total());
+                let secs = SERIES_STEP.as_secs_f64();
+                series.push((
+                    (now_acked - acked) as f64 / secs,
+                    (now_applied - applied) as f64 / secs,
+                ));
+                (acked, applied, end) = (now_acked, now_applied, end + SERIES_STEP);
+            }
+            series
+        })
+    };
     let mut tasks = Vec::new();
     match rate {
         None => {
@@ -395,6 +420,7 @@ pub(crate) async fn drive(
         writer_busy: (stats::stats().writer_busy_us.load(Ordering::Relaxed) - busy_before) as f64
             / 1e6
             / elapsed.max(1e-9),
+        series: series.await.unwrap_or_default(),
     }
 }
 
@@ -409,6 +435,18 @@ pub(crate) fn print_load(label: &str, r: &LoadResult) {
         ms(r.max),
         r.writer_busy * 100.0
     );
+    if r.series.len() > 1 {
+        let stretches: Vec<String> = r
+            .series
+            .iter()
+            .map(|(acked, applied)| format!("{acked:.0}/{applied:.0}"))
+            .collect();
+        println!(
+            "  per {} s, acknowledged/applied events/s: {}",
+            SERIES_STEP.as_secs(),
+            stretches.join(" ")
+        );
+    }
 }
 
 /// Waits until the journal is empty and the applier has counted what it applied; answers how
