@@ -17,6 +17,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use super::{
     dedup, effects,
     journal::{self, Journal, JournalEntry},
+    stats::WriterLoad,
     validate::Batch,
 };
 
@@ -31,6 +32,14 @@ const WRITERS_TURN: Duration = Duration::from_millis(3);
 const IDLE_POLL: Duration = Duration::from_millis(25);
 /// How often expired `messageId` claims are removed (PostgreSQL).
 const EXPIRE_EVERY: Duration = Duration::from_secs(60);
+/// While ingest is saturated ([`WriterLoad`]), the applier pauses after each group this many
+/// times as long as the group took: it works a third of the time, and the acknowledging path
+/// gets the CPU the rest of it. The niced threads alone still took about a seventh of the two
+/// cores at the peak (docs/performance.md); the backlog grows under a saturating load either
+/// way, since applying costs more CPU per event than acknowledging.
+const SATURATED_PAUSE_FACTOR: u32 = 2;
+/// The longest such pause: the applier keeps applying under the longest overload.
+const LONGEST_SATURATED_PAUSE: Duration = Duration::from_millis(500);
 
 /// Set by `bench ingest` to measure the acknowledging path alone: appliers in this process
 /// leave the journal alone while it is set (what is journaled waits, nothing is lost).
@@ -84,11 +93,13 @@ async fn run(
     let mut failures = 0u32;
     let mut journal = None;
     let mut ahead = ReadAhead::default();
+    let mut ingest_load = None;
     loop {
         let stop_at = *stopped.borrow();
         if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
             return;
         }
+        let started = tokio::time::Instant::now();
         let next = if PAUSED.load(std::sync::atomic::Ordering::Relaxed) && stop_at.is_none() {
             Ok(None)
         } else {
@@ -104,6 +115,22 @@ async fn run(
         match next {
             Ok(Some(_)) => {
                 failures = 0;
+                // Acknowledgements first while they saturate the machine (not while draining
+                // for a stop: ingest has stopped then).
+                let load = ingest_load.get_or_insert_with(|| {
+                    WriterLoad::new(matches!(
+                        (&journal, db.get_database_backend()),
+                        (Some(Journal::InDatabase(_)), DbBackend::Sqlite)
+                    ))
+                });
+                if stop_at.is_none() && load.saturated() {
+                    let pause =
+                        (started.elapsed() * SATURATED_PAUSE_FACTOR).min(LONGEST_SATURATED_PAUSE);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stopped.changed() => {}
+                    }
+                }
                 continue;
             }
             Ok(None) => {
