@@ -8,7 +8,7 @@
 //! acknowledging transaction, so a repeat is dropped whichever instance it reaches.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{hash_map::Entry, HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
     time::Duration,
 };
@@ -141,6 +141,36 @@ impl MemoryWindow {
         self.seen[Self::shard(key)]
             .get(key)
             .is_some_and(|first| *first > cutoff)
+    }
+
+    /// Whether a message arriving at `at` is new (not seen within the window); a new one is
+    /// recorded at once, in the same probe of its table (a random memory access each: checking
+    /// and recording after the commit took two). The caller [`forget`](Self::forget)s what it
+    /// recorded if its commit fails.
+    pub fn check_and_record(&mut self, key: MessageKey, at: DateTime<Utc>) -> bool {
+        let cutoff = self.offset(at - self.window);
+        let t = self.offset(at);
+        match self.seen[Self::shard(&key)].entry(key) {
+            Entry::Occupied(mut first) if *first.get() <= cutoff => {
+                // Seen before the window: it starts a new one.
+                first.insert(t);
+                true
+            }
+            Entry::Occupied(_) => false,
+            Entry::Vacant(slot) => {
+                slot.insert(t);
+                true
+            }
+        }
+    }
+
+    /// Removes messages [`check_and_record`](Self::check_and_record) recorded for a write that
+    /// failed, so their copies sent again are stored. (One that had been seen before the
+    /// window is removed too: the same as expired.)
+    pub fn forget(&mut self, keys: &[MessageKey]) {
+        for key in keys {
+            self.seen[Self::shard(key)].remove(key);
+        }
     }
 
     /// Records messages stored at `at` (after their commit).
@@ -328,6 +358,27 @@ mod tests {
         assert!(!w.contains(&message_key("other", "m1"), t0));
         w.sweep(t0 + chrono::Duration::minutes(61));
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn checking_records_a_new_message_and_a_failed_write_forgets_it() {
+        let mut w = MemoryWindow::new(Duration::from_secs(3_600));
+        let t0 = Utc::now();
+        let minutes = chrono::Duration::minutes;
+        let k = message_key("org", "m1");
+        assert!(w.check_and_record(k, t0), "first copy");
+        assert!(
+            !w.check_and_record(k, t0 + minutes(1)),
+            "repeat in the window"
+        );
+        assert!(w.check_and_record(message_key("other", "m1"), t0));
+        w.forget(&[k]);
+        assert!(!w.contains(&k, t0), "forgotten after a failed write");
+        assert!(w.check_and_record(k, t0 + minutes(2)), "sent again: new");
+        // A copy after the window starts a new one, and repeats of it are dropped again.
+        assert!(w.check_and_record(k, t0 + minutes(63)));
+        assert!(!w.check_and_record(k, t0 + minutes(64)));
+        assert!(w.contains(&k, t0 + minutes(120)));
     }
 
     /// A sweep pass spreads over a minute: each call sweeps the tables due by then, and

@@ -113,7 +113,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             Ok(()) => answer(group, Ok(())),
             Err(err) if group.len() > 1 => {
                 // One batch must not fail its neighbours: write each on its own. (Dropping
-                // repeats again is harmless: nothing was recorded for the failed group.)
+                // repeats again is harmless: the window forgot what the failed group recorded.)
                 tracing::warn!(error = %err, batches = group.len(), "group write failed; retrying batches one by one");
                 for pending in group {
                     let mut one = vec![pending];
@@ -153,16 +153,38 @@ async fn write_group(
     repeats: &mut Repeats,
     group: &mut [Pending],
 ) -> Result<(), DbErr> {
+    let mut recorded = Vec::new();
+    let written = journal_group(db, repeats, group, &mut recorded).await;
+    if written.is_err() {
+        if let Repeats::Memory(memory) = repeats {
+            memory.forget(&recorded);
+        }
+    }
+    written
+}
+
+/// [`write_group`]'s work; `recorded`: the messages the in-memory window recorded as new,
+/// which it forgets if this fails.
+async fn journal_group(
+    db: &DatabaseConnection,
+    repeats: &mut Repeats,
+    group: &mut [Pending],
+    recorded: &mut Vec<dedup::MessageKey>,
+) -> Result<(), DbErr> {
     let now = Utc::now();
     // Where the writer's time goes, for `RUST_LOG=custintel::ingest::writer=debug`.
     let started = std::time::Instant::now();
     let txn = match repeats {
         Repeats::Memory(memory) => {
-            let mut in_group = HashSet::new();
+            // A second copy within the group is found as the first copy's record.
             for pending in group.iter_mut() {
                 let kept = retain_fresh(&mut pending.job.batch, |org, id| {
                     let key = dedup::message_key(org, id);
-                    !memory.contains(&key, now) && in_group.insert(key)
+                    let new = memory.check_and_record(key, now);
+                    if new {
+                        recorded.push(key);
+                    }
+                    new
                 });
                 if !kept {
                     pending.job.encoded = None;
@@ -232,22 +254,11 @@ async fn write_group(
     counters
         .repeats
         .fetch_add(received.saturating_sub(journaled) as u64, Relaxed);
-    if let Repeats::Memory(memory) = repeats {
-        let keys = rows.iter().flat_map(|(b, _)| {
-            b.events.iter().filter_map(|e| {
-                e.message_id
-                    .as_deref()
-                    .map(|m| dedup::message_key(&b.organization_id, m))
-            })
-        });
-        memory.record(keys, now);
-    }
     tracing::debug!(
         batches = rows.len(),
         repeats_ms = checked.as_secs_f64() * 1e3,
         encode_ms = (encoded - checked).as_secs_f64() * 1e3,
         append_ms = (committed - encoded).as_secs_f64() * 1e3,
-        record_ms = (started.elapsed() - committed).as_secs_f64() * 1e3,
         "group journaled"
     );
     Ok(())
