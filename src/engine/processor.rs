@@ -108,14 +108,9 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         let mut last_settle = tokio::time::Instant::now();
         let mut last_sweep = tokio::time::Instant::now();
         let mut failures = 0u32;
-        // The acknowledging writer shares a write lock with the processor only when the
-        // journal is a table of a SQLite database (in memory); a journal file of its own, or
-        // PostgreSQL, leaves the CPUs as what the two share.
-        let shares_write_lock = state.db.get_database_backend() == sea_orm::DbBackend::Sqlite
-            && matches!(
-                crate::ingest::journal::Journal::of(&state.db).await,
-                Ok(crate::ingest::journal::Journal::InDatabase(_))
-            );
+        let shares_write_lock = crate::ingest::journal::Journal::of(&state.db)
+            .await
+            .is_ok_and(|journal| journal.shares_write_lock());
         let mut ingest_load = crate::ingest::stats::WriterLoad::new(shares_write_lock);
         let mut last_claim = tokio::time::Instant::now() - SATURATED_CLAIM_EVERY;
         // Whether the oldest run of the latest claim had waited longer than MOST_GIVING_WAY.

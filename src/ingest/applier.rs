@@ -93,7 +93,8 @@ async fn run(
     let mut failures = 0u32;
     let mut journal = None;
     let mut ahead = ReadAhead::default();
-    let mut ingest_load = None;
+    // Made with the journal, whose kind decides how saturation is read.
+    let mut ingest_load: Option<WriterLoad> = None;
     loop {
         let stop_at = *stopped.borrow();
         if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
@@ -107,6 +108,7 @@ async fn run(
                 Some(j) => apply_next_reading_ahead(j, &mut rules, &mut ahead).await,
                 // Connections of its own to the journal file, opened on this task's runtime.
                 None => Journal::of_unshared(&db).await.map(|j| {
+                    ingest_load = Some(WriterLoad::new(j.shares_write_lock()));
                     journal = Some(j);
                     Some(Applied::default())
                 }),
@@ -117,13 +119,7 @@ async fn run(
                 failures = 0;
                 // Acknowledgements first while they saturate the machine (not while draining
                 // for a stop: ingest has stopped then).
-                let load = ingest_load.get_or_insert_with(|| {
-                    WriterLoad::new(matches!(
-                        (&journal, db.get_database_backend()),
-                        (Some(Journal::InDatabase(_)), DbBackend::Sqlite)
-                    ))
-                });
-                if stop_at.is_none() && load.saturated() {
+                if stop_at.is_none() && ingest_load.as_mut().is_some_and(WriterLoad::saturated) {
                     let pause =
                         (started.elapsed() * SATURATED_PAUSE_FACTOR).min(LONGEST_SATURATED_PAUSE);
                     tokio::select! {

@@ -135,7 +135,9 @@ impl MemoryWindow {
         slots * (std::mem::size_of::<(MessageKey, u32)>() + 1)
     }
 
-    /// Whether a message first seen within the window is known.
+    /// Whether a message first seen within the window is known (the writer asks
+    /// [`check_and_record`](Self::check_and_record) instead).
+    #[cfg(test)]
     pub fn contains(&self, key: &MessageKey, now: DateTime<Utc>) -> bool {
         let cutoff = self.offset(now - self.window);
         self.seen[Self::shard(key)]

@@ -100,6 +100,13 @@ impl Journal {
         }
     }
 
+    /// Whether appending to the journal takes the same write lock as the database's other
+    /// writers: a table of a SQLite database (in memory). A file of its own, or PostgreSQL,
+    /// leaves the CPUs as what the acknowledging writer and the background share.
+    pub fn shares_write_lock(&self) -> bool {
+        matches!(self, Self::InDatabase(db) if db.get_database_backend() == DbBackend::Sqlite)
+    }
+
     /// The journal's own file, when it has one.
     pub fn own_file(&self) -> Option<&DatabaseConnection> {
         match self {

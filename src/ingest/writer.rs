@@ -178,7 +178,7 @@ async fn journal_group(
         Repeats::Memory(memory) => {
             // A second copy within the group is found as the first copy's record.
             for pending in group.iter_mut() {
-                let kept = retain_fresh(&mut pending.job.batch, |org, id| {
+                retain_fresh(&mut pending.job, |org, id| {
                     let key = dedup::message_key(org, id);
                     let new = memory.check_and_record(key, now);
                     if new {
@@ -186,9 +186,6 @@ async fn journal_group(
                     }
                     new
                 });
-                if !kept {
-                    pending.job.encoded = None;
-                }
             }
             None
         }
@@ -210,12 +207,9 @@ async fn journal_group(
             }
             let mut new = dedup::claim_shared(&txn, &claims, now, *window).await?;
             for pending in group.iter_mut() {
-                let kept = retain_fresh(&mut pending.job.batch, |org, id| {
+                retain_fresh(&mut pending.job, |org, id| {
                     new.remove(&(org.to_string(), id.to_string()))
                 });
-                if !kept {
-                    pending.job.encoded = None;
-                }
             }
             Some(txn)
         }
@@ -264,14 +258,17 @@ async fn journal_group(
     Ok(())
 }
 
-/// Keeps the events `is_new` lets through (events without a `messageId` always pass); false
-/// when some were dropped.
-fn retain_fresh(batch: &mut Batch, mut is_new: impl FnMut(&str, &str) -> bool) -> bool {
+/// Keeps the events `is_new` lets through (events without a `messageId` always pass); a batch
+/// that lost some loses its request-made text too.
+fn retain_fresh(job: &mut Job, mut is_new: impl FnMut(&str, &str) -> bool) {
+    let batch = &mut job.batch;
     let org = batch.organization_id.clone();
     let before = batch.events.len();
     batch.events.retain(|event| match &event.message_id {
         Some(id) => is_new(&org, id),
         None => true,
     });
-    batch.events.len() == before
+    if batch.events.len() != before {
+        job.encoded = None;
+    }
 }
