@@ -41,10 +41,8 @@ impl AppliedEvent {
 
     /// The object the matcher reads: its type-specific fields plus its own fields.
     pub fn match_view(&self) -> Value {
-        let mut map = match &self.data {
-            Value::Object(m) => m.clone(),
-            _ => Map::new(),
-        };
+        // Valid JSON (it was read as such); an event's fields are always an object.
+        let mut map: Map<String, Value> = serde_json::from_str(self.data.get()).unwrap_or_default();
         map.insert("type".into(), json!(self.event_type));
         if let Some(name) = &self.event_name {
             map.insert("eventName".into(), json!(name));

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use entity::event;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value as DbValue};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Columns per event row.
 const COLUMNS: usize = 13;
@@ -24,7 +24,8 @@ pub struct EventRow {
     pub path: String,
     pub occurred_at: DateTime<Utc>,
     pub received_at: DateTime<Utc>,
-    pub data: Value,
+    /// The type-specific fields as JSON text (SQLite stores exactly this text).
+    pub data: Box<RawValue>,
 }
 
 impl From<event::Model> for EventRow {
@@ -42,7 +43,8 @@ impl From<event::Model> for EventRow {
             path: m.path,
             occurred_at: m.occurred_at,
             received_at: m.received_at,
-            data: m.data,
+            // A `Value` always serializes (its keys are strings).
+            data: serde_json::value::to_raw_value(&m.data).unwrap_or_default(),
         }
     }
 }
@@ -71,8 +73,7 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
 /// Inserts rows in multi-row statements with their values moved in ([`crate::db::RowsInsert`]).
 ///
 /// On SQLite the statements are pipelined: while the driver's thread executes one statement,
-/// this task builds the next one's values (the `data` column serialized here, as the text the
-/// driver would have written). The two halves took turns on one core before, with the other
+/// this task builds the next one's values (the `data` column's text moved in). The two halves took turns on one core before, with the other
 /// core idle while the applier worked through a backlog.
 pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
     if conn.get_database_backend() != DbBackend::Sqlite {
@@ -114,13 +115,15 @@ const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
     tail: "",
 };
 
-/// One row's values in the column order of [`EVENTS`]; `data` as JSON text when
-/// `json_as_text` (SQLite stores JSON as text: the same bytes its driver would write).
+/// One row's values in the column order of [`EVENTS`]; `data` as its JSON text when
+/// `json_as_text` (SQLite stores JSON as text), parsed for PostgreSQL's `jsonb` otherwise.
 fn row_values(r: EventRow, json_as_text: bool) -> [DbValue; COLUMNS] {
     let data = if json_as_text {
-        DbValue::String(Some(r.data.to_string()))
+        DbValue::String(Some(String::from(Box::<str>::from(r.data))))
     } else {
-        DbValue::Json(Some(Box::new(r.data)))
+        // The text is valid JSON: it was read as such.
+        let value = serde_json::from_str(r.data.get()).unwrap_or_default();
+        DbValue::Json(Some(Box::new(value)))
     };
     [
         r.id.into(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::{value::RawValue, Map, Value};
 
 use super::{
     model::{
@@ -68,8 +68,10 @@ pub struct AcceptedEvent {
     pub url: String,
     pub path: String,
     pub occurred_at: DateTime<Utc>,
-    /// The type-specific fields, sensitive form fields removed.
-    pub data: Value,
+    /// The type-specific fields, sensitive form fields removed, as the JSON text they are
+    /// stored as: the applier moves this text into the event's row instead of rebuilding a
+    /// value from the journal and writing it out again.
+    pub data: Box<RawValue>,
     pub effect: Effect,
 }
 
@@ -569,7 +571,8 @@ fn validate_event(
         url: common.url,
         path: common.path,
         occurred_at,
-        data: Value::Object(data),
+        data: serde_json::value::to_raw_value(&data)
+            .map_err(|e| format!("the event's fields cannot be stored: {e}"))?,
         effect,
     })
 }

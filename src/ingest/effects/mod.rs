@@ -79,7 +79,8 @@ struct Group {
 /// the effects, so each event's user and customer are resolved); returns how many automation
 /// runs that created.
 ///
-/// Each event's `data` is moved into its row, not copied: the batches are left without it.
+/// Each event's text fields are moved into its row, not copied: the batches are left without
+/// them.
 pub async fn write_batches<C: ConnectionTrait>(
     conn: &C,
     batches: &mut [&mut Batch],
@@ -100,11 +101,17 @@ pub async fn write_batches<C: ConnectionTrait>(
     for batch in batches.iter_mut() {
         let first_row = group.rows.len();
         apply_batch(conn, &mut group, batch).await?;
-        // `record_event` added one row per event, in order.
+        // `record_event` added one row per event, in order; the event's own text fields move
+        // into it now that its effects are done (nothing reads the batch's events after).
         for (row, event) in group.rows[first_row..]
             .iter_mut()
             .zip(batch.events.iter_mut())
         {
+            row.id = std::mem::take(&mut event.id);
+            row.message_id = event.message_id.take();
+            row.event_name = event.event_name.take();
+            row.url = std::mem::take(&mut event.url);
+            row.path = std::mem::take(&mut event.path);
             row.data = std::mem::take(&mut event.data);
         }
     }
@@ -220,20 +227,20 @@ fn record_event(group: &mut Group, batch: &Batch, event: &AcceptedEvent, to: Att
         bump(&mut group.customer_activity, c, event.occurred_at);
     }
     group.rows.push(EventRow {
-        id: event.id.clone(),
+        // The event's text fields are moved in by `write_batches` once the batch is applied.
+        id: String::new(),
         organization_id: batch.organization_id.clone(),
-        message_id: event.message_id.clone(),
+        message_id: None,
         event_type: event.event_type.to_string(),
-        event_name: event.event_name.clone(),
+        event_name: None,
         visitor_id: to.visitor,
         user_id: to.user,
         customer_id: to.customer,
-        url: event.url.clone(),
-        path: event.path.clone(),
+        url: String::new(),
+        path: String::new(),
         occurred_at: event.occurred_at,
         received_at: batch.received_at,
-        // Moved in by `write_batches` once the batch is applied.
-        data: serde_json::Value::Null,
+        data: Default::default(),
     });
 }
 
