@@ -211,20 +211,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Client(_) => Ok(()),
-        Command::Bench(BenchCommand::Ingest {
-            seconds,
-            concurrency,
-            postgres,
-            instances,
-        }) => {
-            custintel::ops::bench_ingest::run(custintel::ops::bench_ingest::BenchOptions {
-                seconds: seconds.max(1),
-                concurrency: concurrency.max(1),
-                database_url: postgres,
-                instances: instances.max(1),
-            })
-            .await
-        }
         Command::Demo => {
             let db = open_db(&url).await?;
             let secrets = config::load_secrets(&url)?;
@@ -263,15 +249,56 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Bench(BenchCommand::Tools(args)) => custintel::ops::bench::tools(args).await,
-        Command::Bench(BenchCommand::Import(args)) => custintel::ops::bench_import::run(args).await,
-        Command::Bench(BenchCommand::Automations(args)) => {
-            custintel::ops::bench_automations::run(args).await
+        Command::Bench(bench) => {
+            // The benchmarks serve in-process: Ctrl-C or SIGTERM ends the run (its temporary
+            // files removed as the run is dropped) instead of leaving the load generator
+            // waiting on a server that stopped.
+            tokio::select! {
+                done = run_bench(bench, &url) => done,
+                _ = custintel::http::server::shutdown_signal() => {
+                    anyhow::bail!("stopped by a signal before the benchmark finished")
+                }
+            }
         }
-        Command::Bench(BenchCommand::SqliteFloor {
+    }
+}
+
+async fn run_bench(command: BenchCommand, database_url: &str) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Ingest {
+            seconds,
+            concurrency,
+            postgres,
+            instances,
+        } => {
+            if postgres.is_none() && database_url.starts_with("postgres") {
+                // The global option (or DATABASE_URL) names the service's own database; the
+                // bench never writes there unless asked with `--postgres`.
+                eprintln!(
+                    "note: bench ingest measures a temporary SQLite file; give --postgres URL to \
+                     measure PostgreSQL (--database-url and DATABASE_URL are not used)"
+                );
+            }
+            if postgres.is_none() && instances > 1 {
+                eprintln!(
+                    "note: --instances applies to PostgreSQL; on SQLite one process serves a file"
+                );
+            }
+            custintel::ops::bench_ingest::run(custintel::ops::bench_ingest::BenchOptions {
+                seconds: seconds.max(1),
+                concurrency: concurrency.max(1),
+                database_url: postgres,
+                instances: instances.max(1),
+            })
+            .await
+        }
+        BenchCommand::Tools(args) => custintel::ops::bench::tools(args).await,
+        BenchCommand::Import(args) => custintel::ops::bench_import::run(args).await,
+        BenchCommand::Automations(args) => custintel::ops::bench_automations::run(args).await,
+        BenchCommand::SqliteFloor {
             rows,
             rows_per_commit,
-        }) => {
+        } => {
             custintel::ops::bench_sqlite_floor::run(
                 custintel::ops::bench_sqlite_floor::FloorOptions {
                     rows: rows.max(1),

@@ -270,8 +270,8 @@ pub const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(9
 /// How long requests in flight may take to finish after the signal.
 const REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Ctrl-C or SIGTERM, whichever comes first.
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM, whichever comes first (also what ends a benchmark run).
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term = match tokio::signal::unix::signal(
