@@ -1255,3 +1255,127 @@ async fn one_group_sees_its_own_identity_writes() {
         assert_eq!(theirs[0].stage, "signed_up");
     }
 }
+
+// The applier's insert binds a SQLite row as two texts (its fields as a JSON array, taken
+// apart by the statement, and its data): what it stores must be what binding each value
+// through the ORM stores, text for text, nulls as NULL, timestamps in the same format (the
+// timeline orders by their text), data byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_rows_store_what_the_orm_stores() {
+    use sea_orm::{ActiveModelTrait, ConnectionTrait, Set, Statement};
+    for backend in [
+        crate::helpers::Backend::Sqlite,
+        crate::helpers::Backend::Postgres,
+    ] {
+        let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+            continue;
+        };
+        let org = crate::helpers::org_in(&state.db, "Rows Co").await;
+        let occurred = chrono::DateTime::parse_from_rfc3339("2026-11-26T07:16:30.123456Z")
+            .expect("time")
+            .with_timezone(&chrono::Utc);
+        let received = chrono::DateTime::parse_from_rfc3339("2026-11-26T07:16:31Z")
+            .expect("time")
+            .with_timezone(&chrono::Utc);
+        let data = json!({"title": "Caf\u{e9} \"quoted\" \\ back", "n": 1.5, "nested": {"b": [1, null, true]}, "a": ""});
+        let row = |id: &str, message_id: Option<&str>, user_id: Option<&str>| {
+            custintel::ingest::store::EventRow {
+                id: id.into(),
+                organization_id: org.organization_id.clone(),
+                message_id: message_id.map(Into::into),
+                event_type: "custom".into(),
+                event_name: Some("plan \"changed\"\n\t\u{e9} \u{1f600}".into()),
+                visitor_id: None,
+                user_id: user_id.map(Into::into),
+                customer_id: Some("acct-1".into()),
+                url: "https://app.example.com/a?b=c&d=%20".into(),
+                path: "/a".into(),
+                occurred_at: occurred,
+                received_at: received,
+                data: serde_json::value::to_raw_value(&data).expect("raw"),
+            }
+        };
+        let pairs = [
+            (
+                "00000000-0000-7000-8000-00000000000a",
+                "00000000-0000-7000-8000-00000000000b",
+                Some("m-1"),
+                Some("u-1"),
+            ),
+            (
+                "00000000-0000-7000-8000-00000000000c",
+                "00000000-0000-7000-8000-00000000000d",
+                None,
+                None,
+            ),
+        ];
+        for (through_insert, through_orm, message_id, user_id) in pairs {
+            custintel::ingest::store::insert_events(
+                &state.db,
+                vec![row(through_insert, message_id, user_id)],
+            )
+            .await
+            .expect("insert_events");
+            let r = row(through_orm, message_id, user_id);
+            event::ActiveModel {
+                id: Set(r.id),
+                organization_id: Set(r.organization_id),
+                message_id: Set(r.message_id),
+                event_type: Set(r.event_type),
+                event_name: Set(r.event_name),
+                visitor_id: Set(r.visitor_id),
+                user_id: Set(r.user_id),
+                customer_id: Set(r.customer_id),
+                url: Set(r.url),
+                path: Set(r.path),
+                occurred_at: Set(r.occurred_at),
+                received_at: Set(r.received_at),
+                data: Set(data.clone()),
+            }
+            .insert(&state.db)
+            .await
+            .expect("orm insert");
+            let find = |id: &str| {
+                let id = id.to_string();
+                let db = state.db.clone();
+                async move {
+                    event::Entity::find_by_id(id)
+                        .one(&db)
+                        .await
+                        .expect("find")
+                        .expect("row")
+                }
+            };
+            let (mut a, b) = (find(through_insert).await, find(through_orm).await);
+            a.id = b.id.clone();
+            assert_eq!(a, b, "{backend:?}");
+            if matches!(backend, crate::helpers::Backend::Sqlite) {
+                // SQLite keeps the texts themselves: compare them, with their storage classes.
+                let columns = "message_id, event_type, event_name, visitor_id, user_id, \
+                               customer_id, url, path, occurred_at, received_at, data";
+                let texts = |id: &str| {
+                    let sql = format!(
+                        "SELECT {} FROM events WHERE id = '{id}'",
+                        columns
+                            .split(", ")
+                            .map(|c| format!("typeof({c}) || ':' || coalesce({c}, '')"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    let db = state.db.clone();
+                    async move {
+                        let row = db
+                            .query_one_raw(Statement::from_string(sea_orm::DbBackend::Sqlite, sql))
+                            .await
+                            .expect("select")
+                            .expect("row");
+                        (0..11)
+                            .map(|i| row.try_get_by_index::<String>(i).expect("text"))
+                            .collect::<Vec<_>>()
+                    }
+                };
+                assert_eq!(texts(through_insert).await, texts(through_orm).await);
+            }
+        }
+    }
+}
