@@ -279,11 +279,6 @@ async fn run_bench(command: BenchCommand, database_url: &str) -> anyhow::Result<
                      measure PostgreSQL (--database-url and DATABASE_URL are not used)"
                 );
             }
-            if postgres.is_none() && instances > 1 {
-                eprintln!(
-                    "note: --instances applies to PostgreSQL; on SQLite one process serves a file"
-                );
-            }
             custintel::ops::bench_ingest::run(custintel::ops::bench_ingest::BenchOptions {
                 seconds: seconds.max(1),
                 concurrency: concurrency.max(1),

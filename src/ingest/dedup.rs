@@ -175,7 +175,7 @@ impl MemoryWindow {
         }
     }
 
-    /// Records messages stored at `at` (after their commit).
+    /// Records messages stored at `at` (rebuilding the window from what is stored).
     pub fn record(&mut self, keys: impl IntoIterator<Item = MessageKey>, at: DateTime<Utc>) {
         let t = self.offset(at);
         for k in keys {

@@ -73,8 +73,9 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
 /// Inserts rows in multi-row statements with their values moved in ([`crate::db::RowsInsert`]).
 ///
 /// On SQLite the statements are pipelined: while the driver's thread executes one statement,
-/// this task builds the next one's values (the `data` column's text moved in). The two halves took turns on one core before, with the other
-/// core idle while the applier worked through a backlog.
+/// this task builds the next one's values (the `data` column's text moved in). The two halves
+/// took turns on one core before, with the other core idle while the applier worked through a
+/// backlog.
 pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
     if conn.get_database_backend() != DbBackend::Sqlite {
         let mut values = Vec::with_capacity(rows.len() * COLUMNS);

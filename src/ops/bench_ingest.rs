@@ -564,6 +564,11 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let instances = if schema.is_some() {
         options.instances.max(1)
     } else {
+        if options.instances > 1 {
+            eprintln!(
+                "note: --instances applies to PostgreSQL; on SQLite one process serves a file"
+            );
+        }
         1
     };
     let org = create_org(&conn, "Bench", 1_000_000).await?;

@@ -112,7 +112,8 @@ pub async fn write_batches<C: ConnectionTrait>(
             row.event_name = event.event_name.take();
             row.url = std::mem::take(&mut event.url);
             row.path = std::mem::take(&mut event.path);
-            row.data = std::mem::take(&mut event.data);
+            // Swapped: the row's placeholder is left in the event, no second one is made.
+            std::mem::swap(&mut row.data, &mut event.data);
         }
     }
     let effects_done = started.elapsed();
