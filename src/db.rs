@@ -2,6 +2,7 @@
 
 mod rows_insert;
 mod rows_update;
+mod sqlite_write_txn;
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use sea_orm::{
 
 pub use rows_insert::RowsInsert;
 pub use rows_update::RowsUpdate;
+pub use sqlite_write_txn::SqliteWriteTxn;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
 

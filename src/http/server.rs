@@ -171,11 +171,23 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
         .around(correlation::middleware)
 }
 
-/// Binds `bind` and serves until the process ends; returns the bound address through `on_bound`.
+/// Binds `bind` and serves until Ctrl-C or SIGTERM; returns the bound address through
+/// `on_bound`.
 pub async fn serve(
+    state: crate::state::AppState,
+    bind: &str,
+    on_bound: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    serve_until(state, bind, on_bound, shutdown_signal()).await
+}
+
+/// Like [`serve`], but stops (as it does on a signal) when `stop` completes: benchmarks stop
+/// their in-process instances before dropping what those instances use.
+pub async fn serve_until(
     mut state: crate::state::AppState,
     bind: &str,
     on_bound: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let acceptor = TcpListener::bind(bind.to_string()).into_acceptor().await?;
     let addr = acceptor
@@ -240,7 +252,7 @@ pub async fn serve(
         .run_with_graceful_shutdown(
             app(state),
             async move {
-                shutdown_signal().await;
+                stop.await;
                 tracing::info!("shutting down: answering requests in flight");
                 let _ = stopping_tx.send(tokio::time::Instant::now() + SHUTDOWN_LIMIT);
             },

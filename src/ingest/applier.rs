@@ -15,6 +15,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{
+    apply_txn::ApplyTxn,
     dedup, effects,
     journal::{self, Journal, JournalEntry},
     stats::WriterLoad,
@@ -287,7 +288,7 @@ async fn apply_in_database(
     if journal::oldest(db, 1).await?.is_empty() {
         return Ok(None);
     }
-    let txn = crate::db::begin_write(db).await?;
+    let txn = ApplyTxn::begin(db).await?;
     if txn.get_database_backend() == DbBackend::Postgres && !applier_lock(&txn).await? {
         return Ok(None);
     }
@@ -324,7 +325,7 @@ async fn apply_from_own_file(
     // Batches journaled after `last` are read meanwhile; a group that fails or loses a race
     // leaves the mark elsewhere, and that read is then dropped (`ReadAhead::read`).
     ahead.start(file, last);
-    let txn = crate::db::begin_write(main).await?;
+    let txn = ApplyTxn::begin(main).await?;
     let locked = started.elapsed();
     if !journal::advance_applied(&txn, mark, last).await? {
         // Another process applied these meanwhile; read again from its mark.

@@ -4,6 +4,7 @@
 //! customer model). Knows nothing of HTTP responses.
 
 pub mod applier;
+pub mod apply_txn;
 pub mod dedup;
 pub mod effects;
 pub mod journal;

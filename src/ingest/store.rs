@@ -70,44 +70,51 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
         .to_string()
 }
 
-/// Inserts rows in multi-row statements with their values moved in ([`crate::db::RowsInsert`]).
-///
-/// On SQLite the statements are pipelined: while the driver's thread executes one statement,
-/// this task builds the next one's values (the `data` column's text moved in). The two halves
-/// took turns on one core before, with the other core idle while the applier worked through a
-/// backlog.
+/// Inserts rows through sea-orm in multi-row statements with their values moved in
+/// ([`crate::db::RowsInsert`]): the applier's path on PostgreSQL. SQLite's applier inserts
+/// through the connection's raw handle instead ([`insert_events_raw`]).
 pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
-    if conn.get_database_backend() != DbBackend::Sqlite {
-        let mut values = Vec::with_capacity(rows.len() * COLUMNS);
-        for r in rows {
-            values.extend(row_values(r, false));
-        }
-        return EVENTS.exec(conn, values).await;
+    let json_as_text = conn.get_database_backend() == DbBackend::Sqlite;
+    let mut values = Vec::with_capacity(rows.len() * COLUMNS);
+    for r in rows {
+        values.extend(row_values(r, json_as_text));
     }
-    let mut rows = rows.into_iter();
-    let mut build = || {
-        let mut values = Vec::with_capacity(ROWS_PER_STATEMENT * COLUMNS);
-        for r in rows.by_ref().take(ROWS_PER_STATEMENT) {
-            values.extend(row_values(r, true));
-        }
-        values
-    };
-    let mut next = build();
-    while !next.is_empty() {
-        let current = std::mem::take(&mut next);
-        // `join!` polls the insert first: it hands the statement to the driver's thread and
-        // waits; the building then runs on this thread meanwhile.
-        let (inserted, built) = tokio::join!(EVENTS.exec(conn, current), async { build() });
-        inserted?;
-        next = built;
+    EVENTS.exec(conn, values).await
+}
+
+/// Inserts rows on a SQLite connection's raw handle, one prepared statement stepped per row,
+/// each text bound straight from the row (SQLite copies it once). The stored texts are the
+/// ones sea-orm and sqlx store for the same row (timestamps as RFC 3339 with `+00:00`, `data`
+/// as its JSON text): a test holds the two to each other.
+pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> rusqlite::Result<()> {
+    let mut insert = conn.prepare(&format!(
+        "INSERT INTO {} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        EVENTS.into
+    ))?;
+    for r in rows {
+        insert.execute(rusqlite::params![
+            r.id,
+            r.organization_id,
+            r.message_id,
+            r.event_type,
+            r.event_name,
+            r.visitor_id,
+            r.user_id,
+            r.customer_id,
+            r.url,
+            r.path,
+            stored_timestamp(r.occurred_at),
+            stored_timestamp(r.received_at),
+            r.data.get(),
+        ])?;
     }
     Ok(())
 }
 
-/// Rows per statement when pipelined: small enough that building the first statement's
-/// values (done before anything overlaps) is a small share of a group, large enough that each
-/// statement's round trip to the driver's thread is amortized.
-const ROWS_PER_STATEMENT: usize = 400;
+/// A timestamp as sqlx stores a `DateTime<Utc>` in SQLite.
+fn stored_timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
+}
 
 const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
     into: "events (id, organization_id, message_id, event_type, event_name, visitor_id, \

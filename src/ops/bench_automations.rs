@@ -352,15 +352,15 @@ pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
     let seen = Seen::default();
     let receiver = start_receiver(seen.clone()).await?;
     let mut urls = Vec::new();
-    let mut addrs = Vec::new();
+    let mut servers = Vec::new();
     for _ in 0..instances {
-        addrs.push(bench_ingest::start_instance(&options, db.clone(), schema.as_deref()).await?);
+        servers.push(bench_ingest::start_instance(&options, db.clone(), schema.as_deref()).await?);
     }
     for i in 0..args.orgs {
         let org = bench_ingest::create_org(&db, &format!("Bench {i}"), 1_000_000).await?;
         seed(&db, &secrets, &org.organization_id, &receiver, &args).await?;
         // An organization's traffic goes to one instance (its requests stay in order there).
-        let addr = addrs[i % addrs.len()];
+        let addr = servers[i % servers.len()].addr;
         urls.push(format!("http://{addr}/api/i/v1/{}/events", org.public_key));
     }
     println!(
@@ -481,5 +481,8 @@ pub async fn run(args: AutomationsBenchArgs) -> anyhow::Result<()> {
         .count(&db)
         .await?;
     println!("  failed runs over the whole benchmark: {failed}");
+    for server in servers {
+        server.stop().await;
+    }
     bench_ingest::drop_schema(&options, schema.as_deref()).await
 }

@@ -514,12 +514,30 @@ pub(crate) async fn open(
     }
 }
 
-/// Starts a serving instance on its own connection pool; answers its address.
+/// A serving instance a benchmark started in its process.
+pub(crate) struct BenchInstance {
+    pub addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl BenchInstance {
+    /// Stops the instance as SIGTERM would (its applier, processor and schedule ticks
+    /// included) and waits for it: a PostgreSQL run drops its schema afterwards, and tasks still
+    /// running would log errors about the missing tables.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        let limit = crate::http::server::SHUTDOWN_LIMIT + Duration::from_secs(1);
+        let _ = tokio::time::timeout(limit, self.serving).await;
+    }
+}
+
+/// Starts a serving instance on its own connection pool.
 pub(crate) async fn start_instance(
     options: &BenchOptions,
     conn: sea_orm::DatabaseConnection,
     schema: Option<&str>,
-) -> anyhow::Result<std::net::SocketAddr> {
+) -> anyhow::Result<BenchInstance> {
     let conn = match (&options.database_url, schema) {
         (Some(url), Some(schema)) => db::connect(url, Some(schema)).await?,
         _ => conn,
@@ -532,14 +550,26 @@ pub(crate) async fn start_instance(
         search: crate::search::SearchIndex::new(conn)?,
         agents: Default::default(),
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let _ = crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
-            let _ = tx.send(addr);
-        })
+    let (bound_tx, bound) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        let _ = crate::http::server::serve_until(
+            state,
+            "127.0.0.1:0",
+            move |addr| {
+                let _ = bound_tx.send(addr);
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        )
         .await;
     });
-    Ok(rx.await?)
+    Ok(BenchInstance {
+        addr: bound.await?,
+        stop,
+        serving,
+    })
 }
 
 /// The in-memory `messageId` window's cost: bytes per million messages and time per check
@@ -572,14 +602,14 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         1
     };
     let org = create_org(&conn, "Bench", 1_000_000).await?;
-    let mut addrs = Vec::new();
+    let mut servers = Vec::new();
     for _ in 0..instances {
-        addrs.push(start_instance(&options, conn.clone(), schema.as_deref()).await?);
+        servers.push(start_instance(&options, conn.clone(), schema.as_deref()).await?);
     }
     let urls_for = |public_key: &str| -> Vec<String> {
-        addrs
+        servers
             .iter()
-            .map(|a| format!("http://{a}/api/i/v1/{public_key}/events"))
+            .map(|s| format!("http://{}/api/i/v1/{public_key}/events", s.addr))
             .collect()
     };
     let urls = urls_for(&org.public_key);
@@ -785,6 +815,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
         counters.repeats.load(Ordering::Relaxed),
         counters.applied.load(Ordering::Relaxed)
     );
+    for server in servers {
+        server.stop().await;
+    }
     drop_schema(&options, schema.as_deref()).await
 }
 

@@ -1256,10 +1256,10 @@ async fn one_group_sees_its_own_identity_writes() {
     }
 }
 
-// The applier's insert binds a SQLite row as two texts (its fields as a JSON array, taken
-// apart by the statement, and its data): what it stores must be what binding each value
-// through the ORM stores, text for text, nulls as NULL, timestamps in the same format (the
-// timeline orders by their text), data byte for byte.
+// The applier inserts events in its own transaction (on SQLite through the connection's raw
+// handle, binding each value itself): what it stores must be what binding each value through
+// the ORM stores, text for text, nulls as NULL, timestamps in the same format (the timeline
+// orders by their text), data byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_rows_store_what_the_orm_stores() {
     use sea_orm::{ActiveModelTrait, ConnectionTrait, Set, Statement};
@@ -1310,12 +1310,13 @@ async fn event_rows_store_what_the_orm_stores() {
             ),
         ];
         for (through_insert, through_orm, message_id, user_id) in pairs {
-            custintel::ingest::store::insert_events(
-                &state.db,
-                vec![row(through_insert, message_id, user_id)],
-            )
-            .await
-            .expect("insert_events");
+            let txn = custintel::ingest::apply_txn::ApplyTxn::begin(&state.db)
+                .await
+                .expect("begin");
+            txn.insert_events(vec![row(through_insert, message_id, user_id)])
+                .await
+                .expect("insert_events");
+            txn.commit().await.expect("commit");
             let r = row(through_orm, message_id, user_id);
             event::ActiveModel {
                 id: Set(r.id),

@@ -22,7 +22,8 @@ use sea_orm::{ConnectionTrait, DbErr};
 use crate::engine::{self, evaluate::AppliedEvent};
 
 use super::{
-    store::{self, EventRow},
+    apply_txn::ApplyTxn,
+    store::EventRow,
     validate::{AcceptedEvent, Batch, Effect},
 };
 use identity::{Attribution, BatchIdentity};
@@ -81,8 +82,8 @@ struct Group {
 ///
 /// Each event's text fields are moved into its row, not copied: the batches are left without
 /// them.
-pub async fn write_batches<C: ConnectionTrait>(
-    conn: &C,
+pub async fn write_batches(
+    conn: &ApplyTxn,
     batches: &mut [&mut Batch],
     rules: &mut engine::evaluate::RulesCache,
 ) -> Result<usize, DbErr> {
@@ -132,7 +133,7 @@ pub async fn write_batches<C: ConnectionTrait>(
     let identity_time = group.identity_time;
     let rows = std::mem::take(&mut group.rows);
     let events = rows.len();
-    store::insert_events(conn, rows).await?;
+    conn.insert_events(rows).await?;
     let inserted = started.elapsed();
     flush(conn, group).await?;
     let flushed = started.elapsed();
