@@ -1380,3 +1380,107 @@ async fn event_rows_store_what_the_orm_stores() {
         }
     }
 }
+
+// The applier's transaction writes a group whole or not at all: an insert that fails halfway
+// (a repeated id) leaves none of the group's rows, nor the effects' writes before it, and the
+// pooled connection it held comes back without a transaction open (the next group commits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_apply_leaves_nothing_of_its_group() {
+    use custintel::ingest::apply_txn::ApplyTxn;
+    use sea_orm::{ConnectionTrait, PaginatorTrait, Statement};
+    for backend in [
+        crate::helpers::Backend::Sqlite,
+        crate::helpers::Backend::Postgres,
+    ] {
+        let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+            continue;
+        };
+        let org = crate::helpers::org_in(&state.db, "Half Co").await;
+        let now = chrono::Utc::now();
+        let row = |id: &str| custintel::ingest::store::EventRow {
+            id: id.into(),
+            organization_id: org.organization_id.clone(),
+            message_id: None,
+            event_type: "pageview".into(),
+            event_name: None,
+            visitor_id: None,
+            user_id: None,
+            customer_id: None,
+            url: "https://app.example.com/".into(),
+            path: "/".into(),
+            occurred_at: now,
+            received_at: now,
+            data: serde_json::value::to_raw_value(&json!({})).expect("raw"),
+        };
+        let count = || {
+            let db = state.db.clone();
+            let org_id = org.organization_id.clone();
+            async move {
+                event::Entity::find()
+                    .filter(event::Column::OrganizationId.eq(org_id))
+                    .count(&db)
+                    .await
+                    .expect("count")
+            }
+        };
+        let rename = |name: &str| {
+            Statement::from_sql_and_values(
+                state.db.get_database_backend(),
+                custintel::db::placeholders(
+                    state.db.get_database_backend(),
+                    "UPDATE organizations SET name = ? WHERE id = ?",
+                ),
+                [name.into(), org.organization_id.clone().into()],
+            )
+        };
+
+        for attempt in 0..3 {
+            let txn = ApplyTxn::begin(&state.db).await.expect("begin");
+            txn.execute_raw(rename("Renamed in a failed group"))
+                .await
+                .expect("update");
+            let failed = txn
+                .insert_events(vec![
+                    row(&format!("00000000-0000-7000-8000-0000000001{attempt:02}")),
+                    row("00000000-0000-7000-8000-000000000999"),
+                    row("00000000-0000-7000-8000-000000000999"),
+                ])
+                .await;
+            assert!(
+                failed.is_err(),
+                "{backend:?}: a repeated id fails the insert"
+            );
+            if attempt == 0 {
+                txn.rollback().await.expect("rollback");
+            } else {
+                // Dropped as the applier drops it when a group fails: rolled back all the same.
+                drop(txn);
+            }
+            assert_eq!(
+                count().await,
+                0,
+                "{backend:?}: nothing of the group is stored"
+            );
+        }
+        let name = entity::organization::Entity::find_by_id(org.organization_id.clone())
+            .one(&state.db)
+            .await
+            .expect("find")
+            .expect("org")
+            .name;
+        assert_eq!(
+            name, "Half Co",
+            "{backend:?}: the group's other writes are undone"
+        );
+
+        let txn = ApplyTxn::begin(&state.db).await.expect("begin");
+        txn.insert_events(vec![
+            row("00000000-0000-7000-8000-000000000a01"),
+            row("00000000-0000-7000-8000-000000000a02"),
+        ])
+        .await
+        .expect("insert");
+        txn.commit().await.expect("commit");
+        assert_eq!(count().await, 2, "{backend:?}: the next group commits");
+    }
+}
