@@ -1,7 +1,7 @@
 //! Many rows inserted by one statement each, their values moved in: no query builder between
 //! the caller's values and the driver (it would copy them twice more and format its SQL anew
 //! for every statement). Writers that insert thousands of rows a second (the ingest applier's
-//! events, evaluation's runs) use it.
+//! events on PostgreSQL, evaluation's runs) use it.
 
 use sea_orm::{ConnectionTrait, DbErr, Statement, Value};
 
