@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use entity::event;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value as DbValue};
+use sea_orm::{ConnectionTrait, DbErr, Value as DbValue};
 use serde_json::value::RawValue;
 
 /// Columns per event row.
@@ -73,11 +73,13 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
 /// Inserts rows through sea-orm in multi-row statements with their values moved in
 /// ([`crate::db::RowsInsert`]): the applier's path on PostgreSQL. SQLite's applier inserts
 /// through the connection's raw handle instead ([`insert_events_raw`]).
-pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
-    let json_as_text = conn.get_database_backend() == DbBackend::Sqlite;
+pub(super) async fn insert_events<C: ConnectionTrait>(
+    conn: &C,
+    rows: Vec<EventRow>,
+) -> Result<(), DbErr> {
     let mut values = Vec::with_capacity(rows.len() * COLUMNS);
     for r in rows {
-        values.extend(row_values(r, json_as_text));
+        values.extend(row_values(r));
     }
     EVENTS.exec(conn, values).await
 }
@@ -91,7 +93,17 @@ pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> ru
         "INSERT INTO {} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         EVENTS.into
     ))?;
+    // A batch's events share its `received_at`: formatted once per batch, not per event.
+    let mut received: Option<(DateTime<Utc>, String)> = None;
     for r in rows {
+        let received_at = match &received {
+            Some((at, text)) if *at == r.received_at => text,
+            _ => {
+                &received
+                    .insert((r.received_at, stored_timestamp(r.received_at)))
+                    .1
+            }
+        };
         insert.execute(rusqlite::params![
             r.id,
             r.organization_id,
@@ -104,7 +116,7 @@ pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> ru
             r.url,
             r.path,
             stored_timestamp(r.occurred_at),
-            stored_timestamp(r.received_at),
+            received_at,
             r.data.get(),
         ])?;
     }
@@ -123,16 +135,12 @@ const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
     tail: "",
 };
 
-/// One row's values in the column order of [`EVENTS`]; `data` as its JSON text when
-/// `json_as_text` (SQLite stores JSON as text), parsed for PostgreSQL's `jsonb` otherwise.
-fn row_values(r: EventRow, json_as_text: bool) -> [DbValue; COLUMNS] {
-    let data = if json_as_text {
-        DbValue::String(Some(String::from(Box::<str>::from(r.data))))
-    } else {
-        // The text is valid JSON: it was read as such.
-        let value = serde_json::from_str(r.data.get()).unwrap_or_default();
-        DbValue::Json(Some(Box::new(value)))
-    };
+/// One row's values in the column order of [`EVENTS`], `data` parsed for PostgreSQL's `jsonb`.
+fn row_values(r: EventRow) -> [DbValue; COLUMNS] {
+    // The text is valid JSON: it was read as such.
+    let data = DbValue::Json(Some(Box::new(
+        serde_json::from_str(r.data.get()).unwrap_or_default(),
+    )));
     [
         r.id.into(),
         r.organization_id.into(),
