@@ -1,10 +1,10 @@
 //! Turns a request body into an accepted batch: request-level checks first (any failure
 //! refuses the whole batch), then each event on its own (a failure drops only that event).
 
-use std::collections::BTreeMap;
+use std::{borrow::Cow, collections::BTreeMap, fmt};
 
 use chrono::{DateTime, TimeZone, Utc};
-use serde::de::DeserializeOwned;
+use serde::de::{self, value::MapDeserializer, DeserializeOwned, DeserializeSeed, Deserializer};
 use serde_json::{value::RawValue, Map, Value};
 
 use super::{
@@ -128,11 +128,267 @@ fn describe(issue: &ValidationIssue) -> String {
     }
 }
 
-/// A typed view of a value. Most values fit: they are read without the path tracking, which
-/// only the error message needs (read again with it when the fast read fails).
-fn parse<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
-    T::deserialize(value)
-        .or_else(|_| parse_from::<T, _>(value).map_err(|issues| first_issue(&issues)))
+/// An object's members as the request wrote them: names decoded, values left as their JSON
+/// text (borrowed from the body). Sorted by name; a repeated name keeps its last value, as a
+/// decoded object would. Events are read this way so that each value is decoded once, by the
+/// event type's checks, and `data` is written from the members' own text (building every event
+/// as a `Value` and writing it out again made validation a third slower).
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    fn get(&self, name: &str) -> Option<&'a RawValue> {
+        self.0
+            .binary_search_by(|(key, _)| key.as_ref().cmp(name))
+            .ok()
+            .map(|at| self.0[at].1)
+    }
+
+    /// The members but `skip`, decoded as the object they make.
+    fn to_object(&self, skip: &str) -> Result<Value, Malformed> {
+        let mut object = Map::new();
+        for (key, value) in self.0.iter().filter(|(key, _)| key != skip) {
+            let value = serde_json::from_str(value.get()).map_err(|_| Malformed)?;
+            object.insert(key.to_string(), value);
+        }
+        Ok(Value::Object(object))
+    }
+
+    /// Reads an object's members, leaving each value as its text.
+    fn collect<A: de::MapAccess<'a>>(mut map: A) -> Result<Self, A::Error> {
+        let mut members: Vec<(Cow<'a, str>, &'a RawValue)> =
+            Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(key) = map.next_key_seed(MemberName)? {
+            members.push((key, map.next_value()?));
+        }
+        // Stable, so of a repeated name the last comes last.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut unique: Vec<(Cow<'a, str>, &'a RawValue)> = Vec::with_capacity(members.len());
+        for member in members {
+            match unique.last_mut() {
+                Some(last) if last.0 == member.0 => *last = member,
+                _ => unique.push(member),
+            }
+        }
+        Ok(Members(unique))
+    }
+
+    /// Every value decodes (is not, say, a number out of range).
+    fn decode(&self) -> bool {
+        self.0
+            .iter()
+            .all(|(_, value)| serde_json::from_str::<Value>(value.get()).is_ok())
+    }
+}
+
+/// A request body read in one pass: the batch's own fields decoded (`events` among them as an
+/// empty array when it is one, so the batch's checks do not read the events), and the events
+/// kept for reading one by one.
+struct BodyText<'a> {
+    fields: Map<String, Value>,
+    events: Vec<EventText<'a>>,
+}
+
+/// One element of `events`: an object's members as their text, or whatever else it was.
+enum EventText<'a> {
+    Object(Members<'a>),
+    Other,
+}
+
+/// `events` as read: a list, or some other value (kept for the batch's error message).
+enum EventsText<'a> {
+    List(Vec<EventText<'a>>),
+    Other(Value),
+}
+
+/// The visits of a JSON scalar, each giving `$other` made of the value.
+macro_rules! visit_scalars {
+    ($other:expr) => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Ok($other(Value::Bool(v)))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok($other(Value::from(v)))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok($other(Value::from(v)))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok($other(Value::from(v)))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok($other(Value::String(v.to_string())))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($other(Value::Null))
+        }
+    };
+}
+
+impl<'de> de::Deserialize<'de> for BodyText<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BodyVisitor;
+        impl<'de> de::Visitor<'de> for BodyVisitor {
+            type Value = BodyText<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object with `events`")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Map::new();
+                let mut events = Vec::new();
+                while let Some(key) = map.next_key_seed(MemberName)? {
+                    if key == "events" {
+                        // A repeated member keeps its last value, as when decoded whole.
+                        let placeholder = match map.next_value_seed(EventsSeed)? {
+                            EventsText::List(list) => {
+                                events = list;
+                                Value::Array(Vec::new())
+                            }
+                            EventsText::Other(value) => {
+                                events = Vec::new();
+                                value
+                            }
+                        };
+                        fields.insert(key.into_owned(), placeholder);
+                    } else {
+                        fields.insert(key.into_owned(), map.next_value()?);
+                    }
+                }
+                Ok(BodyText { fields, events })
+            }
+        }
+        deserializer.deserialize_map(BodyVisitor)
+    }
+}
+
+struct EventsSeed;
+
+impl<'de> DeserializeSeed<'de> for EventsSeed {
+    type Value = EventsText<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct EventsVisitor;
+        impl<'de> de::Visitor<'de> for EventsVisitor {
+            type Value = EventsText<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of events")
+            }
+            visit_scalars!(EventsText::Other);
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut list = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(128));
+                while let Some(event) = seq.next_element_seed(EventSeed)? {
+                    list.push(event);
+                }
+                Ok(EventsText::List(list))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                let value = <Value as de::Deserialize>::deserialize(
+                    de::value::MapAccessDeserializer::new(map),
+                )?;
+                Ok(EventsText::Other(value))
+            }
+        }
+        deserializer.deserialize_any(EventsVisitor)
+    }
+}
+
+struct EventSeed;
+
+impl<'de> DeserializeSeed<'de> for EventSeed {
+    type Value = EventText<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct EventVisitor;
+        impl<'de> de::Visitor<'de> for EventVisitor {
+            type Value = EventText<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an event")
+            }
+            visit_scalars!(|_: Value| EventText::Other);
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                // Decoded (and dropped) so that JSON that does not decode is found.
+                <Value as de::Deserialize>::deserialize(de::value::SeqAccessDeserializer::new(
+                    seq,
+                ))?;
+                Ok(EventText::Other)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                Ok(EventText::Object(Members::collect(map)?))
+            }
+        }
+        deserializer.deserialize_any(EventVisitor)
+    }
+}
+
+/// A member's name, borrowed from the body unless it had escapes.
+struct MemberName;
+
+impl<'de> DeserializeSeed<'de> for MemberName {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct NameVisitor;
+        impl<'de> de::Visitor<'de> for NameVisitor {
+            type Value = Cow<'de, str>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v.to_string()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
+    }
+}
+
+/// Part of the body is not JSON that decodes (a lone surrogate escape, a number out of range):
+/// the whole request is refused, with the parser's message for the whole body.
+#[derive(Debug)]
+struct Malformed;
+
+/// Why an event was not accepted.
+enum Refusal {
+    Event(String),
+    Malformed,
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal::Event(message)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Self {
+        Refusal::Event(message.to_string())
+    }
+}
+
+impl From<Malformed> for Refusal {
+    fn from(_: Malformed) -> Self {
+        Refusal::Malformed
+    }
+}
+
+/// A typed view of an event's members but `type`. Most events fit: they are read straight from
+/// the members' text, without the path tracking, which only the error message needs (read
+/// again with it, from decoded values, when the fast read fails).
+fn parse<T: DeserializeOwned>(members: &Members) -> Result<T, Refusal> {
+    let fields = members
+        .0
+        .iter()
+        .filter(|(key, _)| key != "type")
+        .map(|(key, value)| (key.as_ref(), *value));
+    let fast: Result<T, serde_json::Error> = T::deserialize(MapDeserializer::new(fields));
+    match fast {
+        Ok(value) => Ok(value),
+        Err(_) => {
+            let object = members.to_object("type")?;
+            parse_from::<T, _>(&object).map_err(|issues| Refusal::Event(first_issue(&issues)))
+        }
+    }
 }
 
 fn first_issue(issues: &[ValidationIssue]) -> String {
@@ -208,6 +464,19 @@ fn customer_ref(identity: CustomerIdentity) -> Result<CustomerRef, String> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRejected(pub String);
 
+/// The refusal of a body that could not be read (`error`, from reading part of it): said as
+/// reading the whole body as one JSON value says it, so the message places the fault in the
+/// body the client sent.
+fn refuse_body(body: &[u8], error: &dyn fmt::Display) -> RequestRejected {
+    match serde_json::from_slice::<Value>(body) {
+        Err(e) => RequestRejected(format!("malformed JSON: {e}")),
+        Ok(value) if !value.is_object() => {
+            RequestRejected("the body must be a JSON object with `events`".into())
+        }
+        Ok(_) => RequestRejected(format!("malformed JSON: {error}")),
+    }
+}
+
 /// Parses and validates a body. Returns the accepted batch and the refused events, or the
 /// reason the whole request is refused.
 pub fn validate_batch(
@@ -218,33 +487,18 @@ pub fn validate_batch(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(RequestRejected("a JSON request body is required".into()));
     }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| RequestRejected(format!("malformed JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(RequestRejected(
-            "the body must be a JSON object with `events`".into(),
-        ));
+    // UTF-8 checked once for the whole body, not string by string.
+    let text = std::str::from_utf8(body).map_err(|e| refuse_body(body, &e))?;
+    let BodyText { fields, events } =
+        serde_json::from_str(text).map_err(|e| refuse_body(body, &e))?;
+    if events.len() > MAX_EVENTS_PER_REQUEST {
+        return Err(RequestRejected(format!(
+            "too many events: {} sent, at most {MAX_EVENTS_PER_REQUEST} per request",
+            events.len()
+        )));
     }
-    // Count before parsing the events one by one, so an oversized batch costs little.
-    if let Some(events) = value.get("events").and_then(Value::as_array) {
-        if events.len() > MAX_EVENTS_PER_REQUEST {
-            return Err(RequestRejected(format!(
-                "too many events: {} sent, at most {MAX_EVENTS_PER_REQUEST} per request",
-                events.len()
-            )));
-        }
-    }
-    // The events array is taken out before the batch's own fields are parsed, with an empty
-    // one standing in: read through the path tracking, every value in it would be rebuilt (a
-    // third of the validation's time). An `events` that is not an array stays, for the error.
-    let mut value = value;
-    let events = match value.get_mut("events") {
-        Some(Value::Array(events)) => std::mem::take(events),
-        _ => Vec::new(),
-    };
-    let mut raw: RawBatch =
-        parse_from::<RawBatch, _>(value).map_err(|issues| RequestRejected(first_issue(&issues)))?;
-    raw.events = events;
+    let raw: RawBatch = parse_from::<RawBatch, _>(Value::Object(fields))
+        .map_err(|issues| RequestRejected(first_issue(&issues)))?;
     let source = raw.source.unwrap_or(EventSource::Client);
     let visitor_id = match clean(raw.visitor_id) {
         Some(v) => match uuid::Uuid::parse_str(&v) {
@@ -295,10 +549,19 @@ pub fn validate_batch(
     let mut accepted = Vec::new();
     let mut errors = Vec::new();
     let mut urls = ValidUrls::default();
-    for (index, event) in raw.events.into_iter().enumerate() {
+    for (index, event) in events.iter().enumerate() {
         match validate_event(&ctx, &mut urls, index, event) {
             Ok(event) => accepted.push(event),
-            Err(message) => errors.push(EventError { index, message }),
+            // A refused event's own message stands only if its values decode (an accepted
+            // one's were decoded on the way); otherwise the body is refused, as it would be
+            // were it decoded whole.
+            Err(Refusal::Event(message))
+                if matches!(event, EventText::Object(members) if members.decode())
+                    || matches!(event, EventText::Other) =>
+            {
+                errors.push(EventError { index, message })
+            }
+            Err(_) => return Err(refuse_body(body, &"a value in `events` does not decode")),
         }
     }
     Ok((
@@ -368,27 +631,26 @@ fn validate_event(
     ctx: &EventContext,
     urls: &mut ValidUrls,
     index: usize,
-    value: Value,
-) -> Result<AcceptedEvent, String> {
-    let Value::Object(mut map) = value else {
+    event: &EventText,
+) -> Result<AcceptedEvent, Refusal> {
+    let EventText::Object(members) = event else {
         return Err("an event must be a JSON object".into());
     };
-    let event_type = match map.remove("type") {
-        Some(Value::String(t)) => t,
-        Some(_) => return Err("`type` must be a string".into()),
+    let event_type: String = match members.get("type") {
+        Some(t) => {
+            serde_json::from_str(t.get()).map_err(|_| Refusal::from("`type` must be a string"))?
+        }
         None => return Err("`type` is required".into()),
     };
-    // The typed view borrows the event; what is left of the map becomes its `data`.
-    let object = Value::Object(map);
     let is_server = ctx.source != EventSource::Client;
     let (kind, common, event_name, effect): (&'static str, Common, Option<String>, Effect) =
         match event_type.as_str() {
             "pageview" => {
-                let e: PageviewEvent = parse(&object)?;
+                let e: PageviewEvent = parse(members)?;
                 ("pageview", common!(e), None, Effect::None)
             }
             "custom" => {
-                let e: CustomEvent = parse(&object)?;
+                let e: CustomEvent = parse(members)?;
                 let name = e.event_name.trim().to_string();
                 if name.is_empty() {
                     return Err("`eventName` must not be empty".into());
@@ -398,7 +660,8 @@ fn validate_event(
                     if v.is_array() || v.is_object() {
                         return Err(format!(
                             "`properties.{key}` must be a string, number, boolean or null"
-                        ));
+                        )
+                        .into());
                     }
                 }
                 let email = clean_email("email", e.email.clone())?;
@@ -434,11 +697,11 @@ fn validate_event(
                 ("custom", common!(e), Some(name), effect)
             }
             "form" => {
-                let e: FormEvent = parse(&object)?;
+                let e: FormEvent = parse(members)?;
                 ("form", common!(e), None, Effect::None)
             }
             "identify" => {
-                let e: IdentifyEvent = parse(&object)?;
+                let e: IdentifyEvent = parse(members)?;
                 let email = clean_email("email", e.email.clone())?;
                 let user_id = clean(e.user_id.clone());
                 let customer_id = clean(e.customer_id.clone());
@@ -457,7 +720,7 @@ fn validate_event(
                 ("identify", common!(e), None, effect)
             }
             "engagement" => {
-                let e: EngagementEvent = parse(&object)?;
+                let e: EngagementEvent = parse(members)?;
                 for (field, v) in [
                     ("activeTimeMs", e.active_time_ms),
                     ("totalTimeMs", e.total_time_ms),
@@ -465,7 +728,8 @@ fn validate_event(
                     if !v.is_finite() || v < 0.0 || v > 1.0e12 {
                         return Err(format!(
                             "`{field}` must be a number of milliseconds, 0 or more"
-                        ));
+                        )
+                        .into());
                     }
                 }
                 let session_id = uuid::Uuid::parse_str(e.session_id.trim())
@@ -480,7 +744,7 @@ fn validate_event(
                 ("engagement", common!(e), None, effect)
             }
             "calendar" => {
-                let e: CalendarEvent = parse(&object)?;
+                let e: CalendarEvent = parse(members)?;
                 for (field, v) in [("startTime", &e.start_time), ("endTime", &e.end_time)] {
                     if let Some(t) = v {
                         DateTime::parse_from_rfc3339(t).map_err(|_| {
@@ -499,11 +763,11 @@ fn validate_event(
                 ("calendar", common!(e), None, Effect::None)
             }
             "stage" => {
-                let e: StageEvent = parse(&object)?;
+                let e: StageEvent = parse(members)?;
                 ("stage", common!(e), None, Effect::Stage(e.stage))
             }
             "billing" => {
-                let e: BillingEvent = parse(&object)?;
+                let e: BillingEvent = parse(members)?;
                 let customer_id = clean(e.customer_id.clone());
                 let stripe_customer_id = clean(e.stripe_customer_id.clone());
                 check_len("customerId", &customer_id)?;
@@ -522,20 +786,19 @@ fn validate_event(
                 return Err(format!(
                     "unknown event type `{other}`: expected one of pageview, custom, form, \
                      identify, engagement, calendar, stage, billing"
-                ))
+                )
+                .into())
             }
         };
     if !urls.check(&common.url) {
-        return Err(format!("`url` must be a full URL, got `{}`", common.url));
+        return Err(format!("`url` must be a full URL, got `{}`", common.url).into());
     }
     if common.path.trim().is_empty() {
         return Err("`path` must not be empty".into());
     }
     let message_id = match common.message_id {
         Some(id) if id.is_empty() || id.chars().count() > MAX_ID_CHARS => {
-            return Err(format!(
-                "`messageId` must be 1 to {MAX_ID_CHARS} characters long"
-            ))
+            return Err(format!("`messageId` must be 1 to {MAX_ID_CHARS} characters long").into())
         }
         other => other,
     };
@@ -551,17 +814,7 @@ fn validate_event(
                 .ok_or_else(|| "`timestamp` is out of range".to_string())?
         }
     };
-    let Value::Object(mut data) = object else {
-        return Err("an event must be a JSON object".into());
-    };
-    for field in COLUMN_FIELDS {
-        data.remove(field);
-    }
-    if kind == "form" {
-        if let Some(fields) = data.get_mut("formFields") {
-            sensitive::strip(fields);
-        }
-    }
+    let data = event_data(members, kind == "form")?;
     Ok(AcceptedEvent {
         id: super::store::time_ordered_id(),
         index,
@@ -571,10 +824,50 @@ fn validate_event(
         url: common.url,
         path: common.path,
         occurred_at,
-        data: serde_json::value::to_raw_value(&data)
-            .map_err(|e| format!("the event's fields cannot be stored: {e}"))?,
+        data,
         effect,
     })
+}
+
+/// An event's `data`: its members but the columns' ([`COLUMN_FIELDS`]), in name order, each
+/// value as the request wrote it (it was decoded once on the way, so it is known to be valid);
+/// a form's sensitive fields removed.
+fn event_data(members: &Members, form: bool) -> Result<Box<RawValue>, Refusal> {
+    let form_fields = match members.get("formFields") {
+        Some(fields) if form => {
+            let mut fields: Value = serde_json::from_str(fields.get()).map_err(|_| Malformed)?;
+            sensitive::strip(&mut fields);
+            Some(fields)
+        }
+        _ => None,
+    };
+    serde_json::value::to_raw_value(&EventData {
+        members,
+        form_fields,
+    })
+    .map_err(|e| Refusal::Event(format!("the event's fields cannot be stored: {e}")))
+}
+
+/// Writes an event's `data` (see [`event_data`]): the members' own text goes out as it came.
+struct EventData<'m, 'a> {
+    members: &'m Members<'a>,
+    /// A form's fields with the sensitive ones removed, written in place of the member.
+    form_fields: Option<Value>,
+}
+
+impl serde::Serialize for EventData<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in &self.members.0 {
+            match (key.as_ref(), &self.form_fields) {
+                (key, _) if COLUMN_FIELDS.contains(&key) => {}
+                ("formFields", Some(fields)) => map.serialize_entry(key, fields)?,
+                (key, _) => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
 }
 
 #[cfg(test)]
@@ -666,6 +959,85 @@ mod tests {
                 "`activeTimeMs` is required",
                 "`timestamp`: invalid type: string \"x\", expected f64"
             ]
+        );
+    }
+
+    fn data_of(event: &str) -> Result<String, String> {
+        let body = format!(r#"{{"visitorId":"{VISITOR}","source":"server","events":[{event}]}}"#);
+        match validate_batch("org", body.as_bytes(), Utc::now()) {
+            Ok((batch, errors)) => match (batch.events.first(), errors.first()) {
+                (Some(e), _) => Ok(e.data.get().to_string()),
+                (None, Some(e)) => Err(e.message.clone()),
+                (None, None) => Err("nothing".into()),
+            },
+            Err(RequestRejected(message)) => Err(format!("request: {message}")),
+        }
+    }
+
+    #[test]
+    fn data_is_the_members_but_the_columns_in_name_order_as_written() {
+        let data = data_of(
+            r#"{"url":"https://a.example.com","type":"custom","path":"/","timestamp":5,
+                "messageId":"m1","properties":{ "z": 1e3, "a": "\u00e9" },"eventName":"x",
+                "eventName":"used","customerId":"acct_1"}"#,
+        )
+        .expect("accepted");
+        // A repeated name keeps its last value; nested values keep the client's own text.
+        assert_eq!(
+            data,
+            r#"{"customerId":"acct_1","eventName":"used","properties":{ "z": 1e3, "a": "\u00e9" }}"#
+        );
+        let value: Value = serde_json::from_str(&data).expect("valid JSON");
+        assert_eq!(value["properties"]["a"], "é");
+        // An escaped name is written escaped again.
+        let data = data_of(
+            r#"{"type":"pageview","url":"https://a.example.com","path":"/","titl\u0065":"T"}"#,
+        )
+        .expect("accepted");
+        assert_eq!(data, r#"{"title":"T"}"#);
+    }
+
+    #[test]
+    fn a_forms_sensitive_fields_are_not_kept() {
+        let data = data_of(
+            r#"{"type":"form","url":"https://a.example.com","path":"/","formId":"f",
+                "formFields":{"company":"Acme","password":"hunter2"}}"#,
+        )
+        .expect("accepted");
+        assert!(data.contains("Acme") && !data.contains("hunter2"), "{data}");
+    }
+
+    #[test]
+    fn json_that_does_not_decode_refuses_the_body_wherever_it_is() {
+        // A lone surrogate escape and a number out of range parse as JSON text but do not
+        // decode: as before events were read from their text, the whole body is refused.
+        for bad in [r#""\ud800""#, "1e400"] {
+            for event in [
+                format!(
+                    r#"{{"type":"custom","eventName":"x","url":"https://a.example.com","path":"/","properties":{{"p":{bad}}}}}"#
+                ),
+                format!(r#"{{"type":"nonsense","x":{bad}}}"#),
+                format!(r#"{{"type":"pageview","colour":{bad}}}"#),
+            ] {
+                let refused = data_of(&event).expect_err("refused");
+                assert!(
+                    refused.starts_with("request: malformed JSON: "),
+                    "{refused}"
+                );
+            }
+        }
+        // Where it decodes, an event's own fault stays its own.
+        assert_eq!(
+            data_of(r#"{"type":"pageview","url":"https://a.example.com","path":"/","colour":1}"#),
+            Err("unknown property `colour`".to_string())
+        );
+        assert_eq!(
+            data_of(r#"[1]"#),
+            Err("an event must be a JSON object".to_string())
+        );
+        assert_eq!(
+            data_of(r#"{"type":3}"#),
+            Err("`type` must be a string".to_string())
         );
     }
 }

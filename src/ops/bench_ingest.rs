@@ -226,8 +226,8 @@ pub(crate) async fn create_org(
 /// The physical floor: the rows the generated batches make, appended through one prepared
 /// statement to a table without any index (not even a primary key), in transactions of
 /// [`FLOOR_ROWS_PER_COMMIT`] rows, same page size and durability as the service. Only the
-/// inserts are timed.
-fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
+/// inserts are timed for the floor; reading the batches that make the rows is timed apart.
+fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<Floor> {
     let conn = rusqlite::Connection::open(dir.join("floor.db"))?;
     conn.execute_batch(&format!(
         "PRAGMA page_size={}; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-16384; \
@@ -241,6 +241,8 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
     let org = uuid::Uuid::new_v4().to_string();
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut inserting = Duration::ZERO;
+    let mut validating = Duration::ZERO;
+    let mut batches = 0u32;
     let mut rows = 0usize;
     let mut seq = 50_000_000u64;
     while Instant::now() < deadline {
@@ -248,8 +250,11 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
         while pending.len() < FLOOR_ROWS_PER_COMMIT {
             seq += 1;
             let body = batch_bytes(seq);
+            let t = Instant::now();
             let (batch, _) = validate::validate_batch(&org, &body, Utc::now())
                 .map_err(|e| anyhow::anyhow!(e.0))?;
+            validating += t.elapsed();
+            batches += 1;
             for e in batch.events {
                 pending.push((
                     e.id,
@@ -281,7 +286,16 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<f64> {
         inserting += t.elapsed();
         rows += pending.len();
     }
-    Ok(rows as f64 / inserting.as_secs_f64().max(1e-9))
+    Ok(Floor {
+        rows_per_sec: rows as f64 / inserting.as_secs_f64().max(1e-9),
+        validate_us: validating.as_secs_f64() * 1e6 / f64::from(batches.max(1)),
+    })
+}
+
+struct Floor {
+    rows_per_sec: f64,
+    /// Time to parse and validate one generated batch, in microseconds of one thread.
+    validate_us: f64,
 }
 
 /// Drives the endpoints (requests spread over `urls` in turn): closed loop with `concurrency`
@@ -649,9 +663,14 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     );
     let floor_secs = options.seconds.clamp(3, 10);
     let floor_dir = dir.path().to_path_buf();
-    let floor_rate = tokio::task::spawn_blocking(move || floor(&floor_dir, floor_secs)).await??;
+    let floor = tokio::task::spawn_blocking(move || floor(&floor_dir, floor_secs)).await??;
+    let floor_rate = floor.rows_per_sec;
     println!(
         "physical floor (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same page size and durability, no HTTP): {floor_rate:.0} rows/s"
+    );
+    println!(
+        "parsing and validating one generated 100-event batch: {:.1} us of one thread",
+        floor.validate_us
     );
 
     let seq = Arc::new(AtomicU64::new(0));
