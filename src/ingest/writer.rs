@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{
     dedup::{self, MemoryWindow},
     journal,
-    validate::Batch,
+    validate::{AcceptedEvent, Batch},
 };
 
 /// Batches that may wait for the writer before senders wait too (backpressure).
@@ -35,6 +35,23 @@ pub struct Job {
 struct Pending {
     job: Job,
     processed: usize,
+    /// The events dropped as repeats, kept until the group commits: if it fails, each batch is
+    /// written again on its own, and a copy dropped because another batch of the group had it
+    /// must be back in case that batch fails alone.
+    dropped: Vec<AcceptedEvent>,
+}
+
+impl Pending {
+    /// The batch as it came, before repeats were dropped from it.
+    fn restore(&mut self) {
+        if self.dropped.is_empty() {
+            return;
+        }
+        let events = &mut self.job.batch.events;
+        events.append(&mut self.dropped);
+        events.sort_by_key(|event| event.index);
+        self.job.encoded = None;
+    }
 }
 
 /// How repeats are found: in memory on SQLite (one serving process per file), in the shared
@@ -106,16 +123,19 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             .map(|job| Pending {
                 processed: job.batch.events.len(),
                 job,
+                dropped: Vec::new(),
             })
             .collect();
         let started = std::time::Instant::now();
         match write_group(journal.conn(), &mut repeats, &mut group).await {
             Ok(()) => answer(group, Ok(())),
             Err(err) if group.len() > 1 => {
-                // One batch must not fail its neighbours: write each on its own. (Dropping
-                // repeats again is harmless: the window forgot what the failed group recorded.)
+                // One batch must not fail its neighbours: write each on its own, as it came
+                // (the window forgot what the failed group recorded, so repeats are dropped
+                // afresh, and a copy goes in with the first batch that is written).
                 tracing::warn!(error = %err, batches = group.len(), "group write failed; retrying batches one by one");
-                for pending in group {
+                for mut pending in group {
+                    pending.restore();
                     let mut one = vec![pending];
                     let result = write_group(journal.conn(), &mut repeats, &mut one).await;
                     answer(one, result);
@@ -178,7 +198,7 @@ async fn journal_group(
         Repeats::Memory(memory) => {
             // A second copy within the group is found as the first copy's record.
             for pending in group.iter_mut() {
-                retain_fresh(&mut pending.job, |org, id| {
+                retain_fresh(pending, |org, id| {
                     let key = dedup::message_key(org, id);
                     let new = memory.check_and_record(key, now);
                     if new {
@@ -207,7 +227,7 @@ async fn journal_group(
             }
             let mut new = dedup::claim_shared(&txn, &claims, now, *window).await?;
             for pending in group.iter_mut() {
-                retain_fresh(&mut pending.job, |org, id| {
+                retain_fresh(pending, |org, id| {
                     new.remove(&(org.to_string(), id.to_string()))
                 });
             }
@@ -258,17 +278,21 @@ async fn journal_group(
     Ok(())
 }
 
-/// Keeps the events `is_new` lets through (events without a `messageId` always pass); a batch
-/// that lost some loses its request-made text too.
-fn retain_fresh(job: &mut Job, mut is_new: impl FnMut(&str, &str) -> bool) {
-    let batch = &mut job.batch;
+/// Keeps the events `is_new` lets through (events without a `messageId` always pass) and sets
+/// the others aside; a batch that lost some loses its request-made text too.
+fn retain_fresh(pending: &mut Pending, mut is_new: impl FnMut(&str, &str) -> bool) {
+    let batch = &mut pending.job.batch;
     let org = batch.organization_id.clone();
-    let before = batch.events.len();
-    batch.events.retain(|event| match &event.message_id {
-        Some(id) => is_new(&org, id),
-        None => true,
-    });
-    if batch.events.len() != before {
-        job.encoded = None;
+    let before = pending.dropped.len();
+    pending.dropped.extend(
+        batch
+            .events
+            .extract_if(.., |event| match &event.message_id {
+                Some(id) => !is_new(&org, id),
+                None => false,
+            }),
+    );
+    if pending.dropped.len() != before {
+        pending.job.encoded = None;
     }
 }

@@ -190,3 +190,72 @@ async fn racing_appliers_reading_ahead_apply_each_batch_once() {
     );
     assert_eq!(events_in_view(&state, &org).await, expected);
 }
+
+fn batch_of(org: &str, message_ids: &[&str]) -> Batch {
+    let events: Vec<Value> = message_ids
+        .iter()
+        .map(|id| {
+            json!({"type": "custom", "eventName": "seat_added", "messageId": id,
+                   "url": "https://app.example.com/", "path": "/"})
+        })
+        .collect();
+    let body = json!({"visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11", "events": events});
+    let (batch, errors) =
+        validate_batch(org, body.to_string().as_bytes(), chrono::Utc::now()).expect("valid");
+    assert!(errors.is_empty());
+    batch
+}
+
+/// A group that fails is written again batch by batch. A copy of a message that another batch
+/// of the group also had was set aside as a repeat; if that other batch then fails on its own,
+/// the copy must go in with its own batch, whose request is told it was processed.
+#[tokio::test]
+async fn a_repeat_set_aside_in_a_failed_group_is_written_when_its_first_copy_fails() {
+    use custintel::ingest::writer::{self, Job};
+
+    let (state, _tmp) = crate::helpers::state_without_server(crate::helpers::Backend::Sqlite)
+        .await
+        .expect("sqlite");
+    let db = state.db.clone();
+    let org = create_org(&db, "Failing Group Co").await;
+    let journal = Journal::of(&db).await.expect("journal");
+    // A database error for one batch alone: the journal refuses batches of three events.
+    journal
+        .conn()
+        .execute_unprepared(
+            "CREATE TRIGGER refuse_three BEFORE INSERT ON ingest_journal \
+             WHEN NEW.event_count = 3 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+        )
+        .await
+        .expect("trigger");
+
+    // Both jobs wait in the queue before the writer first runs (one thread), so they form one
+    // group, in this order: the first batch has `shared` first.
+    let jobs = writer::spawn(db.clone(), std::time::Duration::from_secs(3600));
+    let mut answers = Vec::new();
+    for ids in [&["shared", "a1", "a2"][..], &["shared", "b1"][..]] {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        jobs.try_send(Job {
+            batch: batch_of(&org, ids),
+            encoded: None,
+            reply,
+        })
+        .map_err(|_| "queue full")
+        .expect("queued");
+        answers.push(answer);
+    }
+    let second = answers.pop().expect("two").await.expect("answered");
+    let first = answers.pop().expect("two").await.expect("answered");
+    assert!(first.is_err(), "the refused batch fails: {first:?}");
+    assert_eq!(second.expect("the other batch is written"), 2);
+
+    let journaled = journal.conn().query_one_raw(Statement::from_string(
+        DbBackend::Sqlite,
+        "SELECT count(*), sum(event_count), group_concat(batch) FROM ingest_journal",
+    ));
+    let row = journaled.await.expect("query").expect("a row");
+    assert_eq!(row.try_get_by_index::<i64>(0).expect("rows"), 1);
+    assert_eq!(row.try_get_by_index::<i64>(1).expect("events"), 2);
+    let text: String = row.try_get_by_index(2).expect("batch");
+    assert!(text.contains("\"shared\"") && text.contains("\"b1\""), "{text}");
+}
