@@ -460,6 +460,36 @@ fn customer_ref(identity: CustomerIdentity) -> Result<CustomerRef, String> {
     })
 }
 
+/// How JSON text writes U+0000 (a raw NUL byte is not JSON). PostgreSQL's text and `jsonb`
+/// cannot hold the character, so an event carrying one would fail to store there (the request
+/// answered 500, which clients retry for ever); it is refused as the client's mistake, on both
+/// databases alike.
+const NUL_ESCAPE: &[u8] = b"\\u0000";
+
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(members) => members
+            .iter()
+            .any(|(name, value)| name.contains('\0') || holds_nul(value)),
+        _ => false,
+    }
+}
+
+/// The refusal of a member (of the batch or of an event) that holds U+0000, if it does.
+fn nul_refusal(name: &str, value: &Value) -> Option<String> {
+    if name.contains('\0') {
+        Some("a member name must not contain the NUL character (U+0000)".into())
+    } else if holds_nul(value) {
+        Some(format!(
+            "`{name}` must not contain the NUL character (U+0000)"
+        ))
+    } else {
+        None
+    }
+}
+
 /// A request the endpoint refuses as a whole (400).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRejected(pub String);
@@ -496,6 +526,16 @@ pub fn validate_batch(
             "too many events: {} sent, at most {MAX_EVENTS_PER_REQUEST} per request",
             events.len()
         )));
+    }
+    // Looked for only where the escape is: it is rare, and the scan for it is cheap.
+    let may_hold_nul = memchr::memmem::find(body, NUL_ESCAPE).is_some();
+    if may_hold_nul {
+        if let Some(message) = fields
+            .iter()
+            .find_map(|(name, value)| nul_refusal(name, value))
+        {
+            return Err(RequestRejected(message));
+        }
     }
     let raw: RawBatch = parse_from::<RawBatch, _>(Value::Object(fields))
         .map_err(|issues| RequestRejected(first_issue(&issues)))?;
@@ -540,6 +580,7 @@ pub fn validate_batch(
     };
     let ctx = EventContext {
         source,
+        may_hold_nul,
         batch_attributed: visitor_id.is_some()
             || user_identity.is_some()
             || customer_identity.is_some(),
@@ -580,6 +621,8 @@ pub fn validate_batch(
 
 struct EventContext {
     source: EventSource,
+    /// The body has the escape of U+0000 somewhere (see [`NUL_ESCAPE`]).
+    may_hold_nul: bool,
     /// The batch names a visitor, user or account every event can be attributed to.
     batch_attributed: bool,
     received_at: DateTime<Utc>,
@@ -636,6 +679,16 @@ fn validate_event(
     let EventText::Object(members) = event else {
         return Err("an event must be a JSON object".into());
     };
+    if ctx.may_hold_nul {
+        for (name, value) in &members.0 {
+            if name.contains('\0') || value.get().contains("\\u0000") {
+                let decoded: Value = serde_json::from_str(value.get()).map_err(|_| Malformed)?;
+                if let Some(message) = nul_refusal(name, &decoded) {
+                    return Err(message.into());
+                }
+            }
+        }
+    }
     let event_type: String = match members.get("type") {
         Some(t) => {
             serde_json::from_str(t.get()).map_err(|_| Refusal::from("`type` must be a string"))?

@@ -1484,3 +1484,51 @@ async fn a_failed_apply_leaves_nothing_of_its_group() {
         assert_eq!(count().await, 2, "{backend:?}: the next group commits");
     }
 }
+
+// PostgreSQL's text and jsonb cannot hold U+0000: an event carrying one was journaled nowhere
+// and its request answered 500, which a client retries for ever. It is refused as the client's
+// mistake, the same way on both databases; its neighbours go in.
+db_test!(
+    a_nul_character_is_refused_on_every_database,
+    |app: TestApp| async move {
+        let org = app.org("Nul Co").await;
+        let r = app
+            .ingest(
+                &org.public_key,
+                json!({"visitorId": VISITOR, "events": [
+                    page("pageview", json!({"title": "a\u{0}b"})),
+                    page("custom", json!({"eventName": "x", "properties": {"p\u{0}": 1}})),
+                    // A backslash before `u0000` is not a NUL character.
+                    page("custom", json!({"eventName": "ok", "properties": {"note": "a\\u0000b"}})),
+                ]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::MULTI_STATUS, "{}", r.body);
+        assert_eq!(r.body["processed"], json!(1));
+        assert_eq!(
+            r.body["errors"],
+            json!([
+                {"index": 0, "message": "`title` must not contain the NUL character (U+0000)"},
+                {"index": 1, "message": "`properties` must not contain the NUL character (U+0000)"},
+            ])
+        );
+        let stored = app.events_of(&org.organization_id).await;
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].data["properties"]["note"], json!("a\\u0000b"));
+
+        let r = app
+            .ingest(
+                &org.public_key,
+                json!({"visitorId": VISITOR,
+                       "userIdentity": {"email": "nul@example.com", "traits": {"name": "\u{0}"}},
+                       "events": [page("pageview", json!({}))]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert_eq!(
+            r.body["errors"][0]["message"],
+            json!("`userIdentity` must not contain the NUL character (U+0000)")
+        );
+        assert_eq!(app.events_of(&org.organization_id).await.len(), 1);
+    }
+);

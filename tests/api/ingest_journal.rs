@@ -257,5 +257,8 @@ async fn a_repeat_set_aside_in_a_failed_group_is_written_when_its_first_copy_fai
     assert_eq!(row.try_get_by_index::<i64>(0).expect("rows"), 1);
     assert_eq!(row.try_get_by_index::<i64>(1).expect("events"), 2);
     let text: String = row.try_get_by_index(2).expect("batch");
-    assert!(text.contains("\"shared\"") && text.contains("\"b1\""), "{text}");
+    assert!(
+        text.contains("\"shared\"") && text.contains("\"b1\""),
+        "{text}"
+    );
 }
