@@ -180,6 +180,25 @@ pub fn is_unavailable(err: &DbErr) -> bool {
     matches!(err, DbErr::ConnectionAcquire(_) | DbErr::Conn(_))
 }
 
+/// What a request is told when PostgreSQL refuses its text for holding U+0000 (see
+/// [`is_nul_character`]).
+pub const NUL_CHARACTER_REFUSED: &str =
+    "text must not contain the NUL character (U+0000): PostgreSQL cannot store it";
+
+/// Whether PostgreSQL refused a write because a text or JSON value held U+0000 (`22021`: a NUL
+/// byte in text; `22P05`: `\u0000` in `jsonb`). It is the request's fault, not the server's:
+/// every route answers it 400. (SQLite stores the character.)
+pub fn is_nul_character(err: &DbErr) -> bool {
+    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e))
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(e))) = err
+    else {
+        return false;
+    };
+    e.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == "22021" || code == "22P05")
+}
+
 /// Begins a transaction that writes. On SQLite it takes the write lock at `BEGIN`
 /// (`BEGIN IMMEDIATE`), waiting up to the busy timeout for it: a deferred transaction that
 /// reads first and writes later fails at once with `SQLITE_BUSY`/`SQLITE_BUSY_SNAPSHOT` when

@@ -129,6 +129,11 @@ impl From<DbErr> for IntegrationError {
     fn from(err: DbErr) -> Self {
         if crate::db::is_unavailable(&err) {
             IntegrationError::Unavailable("the database is unavailable, retry".into())
+        } else if crate::db::is_nul_character(&err) {
+            IntegrationError::BadRequest {
+                message: crate::db::NUL_CHARACTER_REFUSED.into(),
+                issues: vec![ValidationIssue::root(crate::db::NUL_CHARACTER_REFUSED)],
+            }
         } else {
             IntegrationError::Internal(err.to_string())
         }

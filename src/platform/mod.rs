@@ -38,6 +38,10 @@ impl From<DbErr> for PlatformError {
     fn from(err: DbErr) -> Self {
         if crate::db::is_unavailable(&err) {
             PlatformError::Unavailable(format!("the database is unavailable, retry: {err}"))
+        } else if crate::db::is_nul_character(&err) {
+            PlatformError::Validation(vec![ValidationIssue::root(
+                crate::db::NUL_CHARACTER_REFUSED,
+            )])
         } else {
             PlatformError::Internal(err.to_string())
         }

@@ -1121,3 +1121,48 @@ db_test!(organizations_are_isolated, |app: TestApp| async move {
         Value::Null
     );
 });
+
+// PostgreSQL cannot hold U+0000 in text or jsonb: a write or a look-up carrying one failed
+// there as a 500. It is the request's fault: PostgreSQL answers 400 in the route's own shape;
+// SQLite stores it.
+db_test!(
+    a_nul_character_is_never_a_server_error,
+    |app: TestApp| async move {
+        let org = app.org("Nul Platform Co").await;
+        let postgres = app.db.get_database_backend() == sea_orm::DbBackend::Postgres;
+        let r = app
+            .post(
+                "/api/signals",
+                "/api/signals",
+                &org.api_key,
+                Some(
+                    json!({"kind": "EVENT_MATCH", "name": "Sig\u{0}nal", "definition": {
+                    "grain": "user", "subjectResolver": "email", "eventNames": ["ev"],
+                    "propertyConditions": [], "conditionMode": "ALL"}}),
+                ),
+            )
+            .await;
+        if postgres {
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+            assert_eq!(r.body["ok"], json!(false), "{}", r.body);
+            assert!(r.body.to_string().contains("NUL character"), "{}", r.body);
+        } else {
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        }
+
+        let r = app
+            .post(
+                "/api/tools/call",
+                "/api/tools/call",
+                &org.api_key,
+                Some(json!({"tool": "svc_list_customers", "input": {"name": "Ac\u{0}me"}})),
+            )
+            .await;
+        if postgres {
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+            assert!(r.body.to_string().contains("NUL character"), "{}", r.body);
+        } else {
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        }
+    }
+);
