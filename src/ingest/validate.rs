@@ -144,10 +144,10 @@ impl<'a> Members<'a> {
     }
 
     /// The members but `skip`, decoded as the object they make.
-    fn to_object(&self, skip: &str) -> Result<Value, Malformed> {
+    fn to_object(&self, skip: &str) -> Result<Value, Refusal> {
         let mut object = Map::new();
         for (key, value) in self.0.iter().filter(|(key, _)| key != skip) {
-            let value = serde_json::from_str(value.get()).map_err(|_| Malformed)?;
+            let value = serde_json::from_str(value.get()).map_err(|_| Refusal::Malformed)?;
             object.insert(key.to_string(), value);
         }
         Ok(Value::Object(object))
@@ -343,14 +343,11 @@ impl<'de> DeserializeSeed<'de> for MemberName {
     }
 }
 
-/// Part of the body is not JSON that decodes (a lone surrogate escape, a number out of range):
-/// the whole request is refused, with the parser's message for the whole body.
-#[derive(Debug)]
-struct Malformed;
-
 /// Why an event was not accepted.
 enum Refusal {
     Event(String),
+    /// Part of the body is not JSON that decodes (a lone surrogate escape, a number out of
+    /// range): the whole request is refused, with the parser's message for the whole body.
     Malformed,
 }
 
@@ -363,12 +360,6 @@ impl From<String> for Refusal {
 impl From<&str> for Refusal {
     fn from(message: &str) -> Self {
         Refusal::Event(message.to_string())
-    }
-}
-
-impl From<Malformed> for Refusal {
-    fn from(_: Malformed) -> Self {
-        Refusal::Malformed
     }
 }
 
@@ -682,7 +673,8 @@ fn validate_event(
     if ctx.may_hold_nul {
         for (name, value) in &members.0 {
             if name.contains('\0') || value.get().contains("\\u0000") {
-                let decoded: Value = serde_json::from_str(value.get()).map_err(|_| Malformed)?;
+                let decoded: Value =
+                    serde_json::from_str(value.get()).map_err(|_| Refusal::Malformed)?;
                 if let Some(message) = nul_refusal(name, &decoded) {
                     return Err(message.into());
                 }
@@ -888,7 +880,8 @@ fn validate_event(
 fn event_data(members: &Members, form: bool) -> Result<Box<RawValue>, Refusal> {
     let form_fields = match members.get("formFields") {
         Some(fields) if form => {
-            let mut fields: Value = serde_json::from_str(fields.get()).map_err(|_| Malformed)?;
+            let mut fields: Value =
+                serde_json::from_str(fields.get()).map_err(|_| Refusal::Malformed)?;
             sensitive::strip(&mut fields);
             Some(fields)
         }

@@ -667,12 +667,13 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let floor_rate = floor.rows_per_sec;
     // The floor is measured on a SQLite file whatever the database: on PostgreSQL it says what
     // this machine's disk and CPU allow, not what PostgreSQL's floor is.
-    let (floor_name, ratio_name) = match schema {
-        Some(_) => (
+    let (floor_name, ratio_name) = if schema.is_some() {
+        (
             "SQLite's physical floor on this machine",
             "acknowledged / SQLite's floor",
-        ),
-        None => ("physical floor", "acknowledged / floor"),
+        )
+    } else {
+        ("physical floor", "acknowledged / floor")
     };
     println!(
         "{floor_name} (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same page size and durability, no HTTP): {floor_rate:.0} rows/s"
