@@ -1512,6 +1512,7 @@ db_test!(
                 {"index": 1, "message": "`properties` must not contain the NUL character (U+0000)"},
             ])
         );
+        snap!("ingest_nul_in_events", r.body);
         let stored = app.events_of(&org.organization_id).await;
         assert_eq!(stored.len(), 1);
         assert_eq!(stored[0].data["properties"]["note"], json!("a\\u0000b"));
@@ -1529,6 +1530,7 @@ db_test!(
             r.body["errors"][0]["message"],
             json!("`userIdentity` must not contain the NUL character (U+0000)")
         );
+        snap!("ingest_nul_in_batch", r.body);
         assert_eq!(app.events_of(&org.organization_id).await.len(), 1);
     }
 );

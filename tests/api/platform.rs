@@ -1146,6 +1146,7 @@ db_test!(
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
             assert_eq!(r.body["ok"], json!(false), "{}", r.body);
             assert!(r.body.to_string().contains("NUL character"), "{}", r.body);
+            snap!("platform_nul_refused_postgres", r.body);
         } else {
             assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         }
@@ -1161,6 +1162,7 @@ db_test!(
         if postgres {
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
             assert!(r.body.to_string().contains("NUL character"), "{}", r.body);
+            snap!("tool_nul_refused_postgres", r.body);
         } else {
             assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         }
