@@ -3,6 +3,7 @@
 mod rows_insert;
 mod rows_update;
 mod sqlite_write_txn;
+pub mod statistics;
 
 use std::time::Duration;
 

@@ -84,9 +84,10 @@ enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         instances: usize,
     },
-    /// Latency of the tool gateway over HTTP on a generated data set in a temporary SQLite
-    /// database (100,000 customers, 500,000 users, 200,000 sources, 1,000,000 events by
-    /// default).
+    /// Latency of the tool gateway over HTTP with concurrent callers, on a generated book with
+    /// heavy tails loaded through `custintel import` (100,000 customers by default, with 5
+    /// users, 2 sources, half a fact and 10 events per customer), on a temporary SQLite file or
+    /// PostgreSQL, optionally beside ingest: p50/p99 per case against its target.
     Tools(custintel::ops::bench::ToolsBenchArgs),
     /// `custintel import` of a generated book (100,000 customers, 500,000 users, 200,000
     /// sources, 50,000 facts by default) while a serving instance on the same SQLite file

@@ -209,9 +209,12 @@ pub async fn serve_until(
     // Agents' schedules run on every instance; a tick is claimed once across instances.
     let _agent_schedules =
         crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
-    let mut checkpointers: Vec<_> = crate::db::spawn_wal_checkpointer(&state.db)
+    let mut maintenance: Vec<_> = crate::db::spawn_wal_checkpointer(&state.db)
         .into_iter()
         .collect();
+    // The planner's statistics: missing ones at start (a database filled before this version,
+    // or by another process), stale ones as tables grow.
+    maintenance.push(crate::db::statistics::spawn_refresher(state.db.clone()));
     // Opened here, before any background task: the journal file's shared connections serve
     // the acknowledging writer and must be opened at the normal priority.
     let journal = crate::ingest::journal::Journal::of(&state.db).await;
@@ -222,7 +225,7 @@ pub async fn serve_until(
             None
         }
     };
-    checkpointers.extend(on_file.and_then(crate::db::spawn_wal_checkpointer));
+    maintenance.extend(on_file.and_then(crate::db::spawn_wal_checkpointer));
     // Applying effects, evaluating signals and working automation runs give way to requests
     // on a saturated machine: a runtime of their own at a lower priority, and on a SQLite file
     // connections of their own opened there (PostgreSQL does their database work itself).
@@ -260,7 +263,7 @@ pub async fn serve_until(
         )
         .await;
     retries.abort();
-    for task in checkpointers {
+    for task in maintenance {
         task.abort();
     }
     for task in engine {

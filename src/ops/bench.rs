@@ -1,56 +1,77 @@
-//! `custintel bench tools`: tool-gateway latency over HTTP on a generated data set.
+//! `custintel bench tools`: the tool gateway's latency with concurrent callers, on a book shaped
+//! like a real one, on SQLite or PostgreSQL.
 //!
-//! Loads customers, users, sources, facts, billing history and events into a temporary SQLite
-//! database with multi-row INSERTs in one transaction per table, serves the application on
-//! 127.0.0.1:0 in this process, then calls each case sequentially and reports p50/p99.
+//! The data set is one large organization (and three small ones beside it) at a scale set by
+//! `--customers` (users, sources, facts and events in proportion: 5, 2, 0.5 and 10 per
+//! customer), with heavy tails: customers' users, sources and events follow a skewed
+//! distribution, and three customers stand out (one with a thousandth of all users, one with a
+//! hundredth of all sources, one with a hundredth of all events). Customers, users, sources and
+//! facts go in through `custintel import` ([`crate::ops::import::import_file`]), as a user's book
+//! would; events, billing changes and 100,000 runs of one automation are written directly in
+//! bulk, as the ingest applier and the automation engine would have left them.
+//!
+//! The application then serves in this process on 127.0.0.1:0 (as `custintel serve` does,
+//! planner statistics and search index included), and each case is called by `--concurrency`
+//! callers for `--seconds`, each call with a random input of its kind (random customers, most of
+//! them small as in a real book, and the tails in cases of their own). `--with-ingest RATE` sends
+//! that many events per second to the large organization meanwhile. Every case prints its p50
+//! and p99 and the ratio of its p99 to its target.
 
-use std::time::{Duration as StdDuration, Instant};
-
-use anyhow::{anyhow, Context, Result};
-use chrono::{Duration, Utc};
-use rand::{rngs::StdRng, Rng, SeedableRng};
-use sea_orm::{ActiveModelTrait, DatabaseConnection, EntityTrait, Set, TransactionTrait};
-use serde_json::{json, Value};
-
-use crate::{crypto::SecretBox, db, ops::admin, state::AppState};
-use entity::{
-    billing_change,
-    customer::{self, BillingStatus},
-    event,
-    fact::{self, FactStatus},
-    source, user,
+use std::{
+    io::{BufWriter, Write},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration as StdDuration, Instant},
 };
 
-/// Sizes of the generated data set.
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Duration, Utc};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set,
+};
+use serde_json::{json, Value};
+
+use crate::{
+    crypto::SecretBox,
+    ops::{
+        admin,
+        bench_ingest::{self, BenchOptions},
+    },
+    state::AppState,
+};
+use entity::{automation, automation_run, billing_change, customer::BillingStatus, event};
+
+/// The benchmark's scale, callers and load.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ToolsBenchArgs {
+    /// Customers of the large organization; users, sources, facts and events follow in
+    /// proportion (5, 2, 0.5 and 10 per customer).
     #[arg(long, default_value_t = 100_000)]
     pub customers: usize,
-    #[arg(long, default_value_t = 500_000)]
-    pub users: usize,
-    #[arg(long, default_value_t = 200_000)]
-    pub sources: usize,
-    #[arg(long, default_value_t = 1_000_000)]
-    pub events: usize,
-    /// Timed calls per case (after 20 warm-up calls).
-    #[arg(long, default_value_t = 300)]
-    pub iterations: usize,
-    /// Keep the generated database (its path is printed) to inspect query plans afterwards.
+    /// Concurrent callers per case.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Seconds each case is called for (after a short warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Events per second sent to the large organization's Ingest API while the cases run (0:
+    /// none).
+    #[arg(long, default_value_t = 0)]
+    pub with_ingest: u64,
+    /// Measure on this PostgreSQL database (`postgres://...`, in a fresh schema dropped at the
+    /// end) instead of a temporary SQLite file.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+    /// Only the cases whose label contains this text.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Keep the generated SQLite database (its path is printed) to inspect query plans.
     #[arg(long)]
     pub keep_database: bool,
-}
-
-/// One measured call: a label, the tool and its input.
-pub struct Case {
-    pub label: String,
-    pub tool: &'static str,
-    pub input: Value,
-}
-
-/// Values of the generated data the cases refer to.
-pub struct Sample {
-    /// Domains of customers that have users, sources, facts and events.
-    pub domains: Vec<String>,
 }
 
 pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
@@ -85,321 +106,624 @@ pub(crate) const WORDS: [&str; 12] = [
     "migration",
 ];
 
-/// Rows per multi-row INSERT: below SQLite's bound-parameter limit for the widest table.
-const CHUNK: usize = 1_000;
+/// Customers that stand out: index 0 has the most users, 1 the most sources, 2 the most events.
+const TAIL_USERS: usize = 0;
+const TAIL_SOURCES: usize = 1;
+const TAIL_EVENTS: usize = 2;
+/// Runs of the automation whose run list is measured.
+const AUTOMATION_RUNS: usize = 100_000;
+/// Customers of each small organization beside the large one.
+const SMALL_ORG_CUSTOMERS: usize = 1_000;
 
-async fn insert_chunked<A>(db: &DatabaseConnection, rows: Vec<A>) -> Result<()>
-where
-    A: ActiveModelTrait + Send,
-{
-    let txn = db.begin().await?;
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<A> = rows.by_ref().take(CHUNK).collect();
-        A::Entity::insert_many(chunk)
-            .exec_without_returning(&txn)
-            .await?;
-    }
-    txn.commit().await?;
-    Ok(())
+fn domain(c: usize) -> String {
+    format!("company-{c}.example.com")
 }
 
-/// Generates and loads the data set; returns what the cases need.
-async fn load(db: &DatabaseConnection, org: &str, a: &ToolsBenchArgs) -> Result<Sample> {
-    let mut rng = StdRng::seed_from_u64(42);
-    let now = Utc::now();
-    let started = Instant::now();
-    let customer_ids: Vec<String> = (0..a.customers)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
-    let domain = |i: usize| format!("company-{i}.example.com");
+/// The sizes that follow from `--customers`.
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    customers: usize,
+    users: usize,
+    sources: usize,
+    facts: usize,
+    events: usize,
+}
 
-    let mut rows = Vec::with_capacity(a.customers);
-    let mut history = Vec::with_capacity(a.customers * 2);
-    for (i, id) in customer_ids.iter().enumerate() {
-        let status = BillingStatus::ALL[rng.gen_range(0..BillingStatus::ALL.len())];
+impl Scale {
+    fn of(customers: usize) -> Self {
+        let customers = customers.max(10);
+        Self {
+            customers,
+            users: customers * 5,
+            sources: customers * 2,
+            facts: customers / 2,
+            events: customers * 10,
+        }
+    }
+
+    /// The tails: a thousandth of all users on one customer, a hundredth of all sources on
+    /// another, a hundredth of all events on a third (5,000, 20,000 and 100,000 at a million
+    /// customers).
+    fn tail_users(&self) -> usize {
+        self.users / 1_000
+    }
+    fn tail_sources(&self) -> usize {
+        self.sources / 100
+    }
+    fn tail_events(&self) -> usize {
+        self.events / 100
+    }
+}
+
+/// A customer drawn with a heavy tail: low indices far more often (density falling as one over
+/// the square root of the index), past the three tail customers.
+fn skewed_customer(rng: &mut StdRng, customers: usize) -> usize {
+    let r: f64 = rng.gen();
+    3 + ((customers - 3) as f64 * r * r) as usize
+}
+
+fn time(t: DateTime<Utc>) -> String {
+    crate::timestamp::format(&t)
+}
+
+/// Writes the book of one organization; answers the number of lines.
+fn write_book(path: &std::path::Path, s: Scale, seed: u64) -> Result<usize> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let now = Utc::now();
+    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    let mut lines = 0usize;
+    let mut line = |out: &mut BufWriter<std::fs::File>, v: Value| -> Result<()> {
+        serde_json::to_writer(&mut *out, &v)?;
+        out.write_all(b"\n")?;
+        lines += 1;
+        Ok(())
+    };
+    for c in 0..s.customers {
+        let status = match rng.gen_range(0..100) {
+            0..=39 => BillingStatus::Paying,
+            40..=54 => BillingStatus::Trialing,
+            55..=69 => BillingStatus::Churned,
+            _ => BillingStatus::None,
+        };
         let mrr = if status == BillingStatus::Paying {
-            rng.gen_range(1_000..500_000)
+            1_000 + (rng.gen::<f64>().powi(3) * 2_000_000.0) as i64
         } else {
             0
         };
-        let created = now - Duration::days(rng.gen_range(100..700));
-        let active = (rng.gen_range(0..10) > 0)
-            .then(|| now - Duration::minutes(rng.gen_range(0..60 * 24 * 120)));
-        rows.push(customer::ActiveModel {
-            id: Set(id.clone()),
-            organization_id: Set(org.to_string()),
-            name: Set(format!("Company {i} {}", WORDS[i % WORDS.len()])),
-            domain: Set(Some(domain(i))),
-            external_id: Set(Some(format!("cus_{i}"))),
-            billing_status: Set(status),
-            mrr_cents: Set(mrr),
-            traits: Set(json!({ "plan": PLANS[i % 3], "region": REGIONS[i % 3] })),
-            last_activity_at: Set(active),
-            created_at: Set(created),
-            updated_at: Set(created),
+        let active = (rng.gen_range(0..100) < 85).then(|| {
+            let r: f64 = rng.gen();
+            time(now - Duration::minutes((r * r * 60.0 * 24.0 * 120.0) as i64))
         });
-        history.push(billing_change::ActiveModel {
-            id: Set(uuid::Uuid::new_v4().to_string()),
-            organization_id: Set(org.to_string()),
-            customer_id: Set(id.clone()),
-            at: Set(created),
-            billing_status: Set(BillingStatus::Trialing),
-            mrr_cents: Set(0),
-            origin: Set("import".into()),
-        });
-        history.push(billing_change::ActiveModel {
-            id: Set(uuid::Uuid::new_v4().to_string()),
-            organization_id: Set(org.to_string()),
-            customer_id: Set(id.clone()),
-            at: Set(created + Duration::days(14)),
-            billing_status: Set(status),
-            mrr_cents: Set(mrr),
-            origin: Set("import".into()),
-        });
+        let segment = if c % 1_000 == 7 { "strategic" } else { "smb" };
+        line(
+            &mut out,
+            json!({"kind": "customer", "name": format!("Company {c} {}", WORDS[c % WORDS.len()]),
+                "domain": domain(c), "externalId": format!("cus_{c}"),
+                "billingStatus": status.as_str(), "mrrCents": mrr,
+                "traits": {"plan": PLANS[c % 3], "region": REGIONS[(c / 3) % 3], "segment": segment},
+                "lastActivityAt": active,
+                "createdAt": time(now - Duration::days(rng.gen_range(100..900)))}),
+        )?;
     }
-    insert_chunked(db, rows).await?;
-    insert_chunked(db, history).await?;
-    eprintln!(
-        "bench: {} customers loaded ({:?})",
-        a.customers,
-        started.elapsed()
-    );
-
-    let mut rows = Vec::with_capacity(a.users);
-    for i in 0..a.users {
-        let c = i % a.customers.max(1);
-        let active = (rng.gen_range(0..4) > 0)
-            .then(|| now - Duration::minutes(rng.gen_range(0..60 * 24 * 120)));
-        let created = now - Duration::days(rng.gen_range(120..700));
-        rows.push(user::ActiveModel {
-            id: Set(uuid::Uuid::new_v4().to_string()),
-            organization_id: Set(org.to_string()),
-            customer_id: Set(customer_ids.get(c).cloned()),
-            email: Set(Some(format!("user{i}@{}", domain(c)))),
-            external_id: Set(Some(format!("u_{i}"))),
-            name: Set(Some(format!("User {i}"))),
-            stage: Set(STAGES[i % STAGES.len()].to_string()),
-            traits: Set(json!({ "role": ROLES[i % 2] })),
-            last_activity_at: Set(active),
-            created_at: Set(created),
-            updated_at: Set(created),
+    for u in 0..s.users {
+        let c = if u < s.tail_users() {
+            TAIL_USERS
+        } else {
+            skewed_customer(&mut rng, s.customers)
+        };
+        let active = (rng.gen_range(0..100) < 75).then(|| {
+            let r: f64 = rng.gen();
+            time(now - Duration::minutes((r * r * 60.0 * 24.0 * 120.0) as i64))
         });
+        line(
+            &mut out,
+            json!({"kind": "user", "customer": domain(c), "email": format!("user{u}@{}", domain(c)),
+                "externalId": format!("u_{u}"), "name": format!("User {u}"),
+                "stage": STAGES[rng.gen_range(0..STAGES.len())],
+                "traits": {"role": ROLES[u % 2]}, "lastActivityAt": active}),
+        )?;
     }
-    insert_chunked(db, rows).await?;
-    eprintln!("bench: {} users loaded ({:?})", a.users, started.elapsed());
-
-    let mut sources = Vec::with_capacity(a.sources);
-    let mut facts = Vec::with_capacity(a.sources / 2);
-    for i in 0..a.sources {
-        let c = i % a.customers.max(1);
-        let source_type = SOURCE_TYPES[i % SOURCE_TYPES.len()];
-        let occurred = now - Duration::minutes(rng.gen_range(0..60 * 24 * 365));
-        let body: String = (0..60)
+    // Each source's customer and type, for the facts that cite it.
+    let mut cited = Vec::with_capacity(s.sources);
+    for i in 0..s.sources {
+        let c = if i < s.tail_sources() {
+            TAIL_SOURCES
+        } else {
+            skewed_customer(&mut rng, s.customers)
+        };
+        let source_type = SOURCE_TYPES[rng.gen_range(0..SOURCE_TYPES.len())];
+        cited.push((c as u32, source_type));
+        let body: Vec<&str> = (0..40)
             .map(|k| WORDS[(i * 7 + k * 3) % WORDS.len()])
-            .collect::<Vec<_>>()
-            .join(" ");
-        let source_id = format!("src_{i}");
-        sources.push(source::ActiveModel {
-            id: Set(uuid::Uuid::new_v4().to_string()),
-            organization_id: Set(org.to_string()),
-            source_type: Set(source_type.to_string()),
-            source_id: Set(source_id.clone()),
-            customer_id: Set(customer_ids.get(c).cloned()),
-            title: Set(format!("{} about {}", source_type, WORDS[i % WORDS.len()])),
-            body: Set(body),
-            occurred_at: Set(occurred),
-            permalink: Set(Some(format!("https://crm.example.com/{source_id}"))),
-            participants: Set(json!([format!("user{c}@{}", domain(c))])),
-            change_seq: Set(i as i64 + 1),
-            created_at: Set(occurred),
-            updated_at: Set(occurred),
-        });
-        if i % 2 == 0 {
-            facts.push(fact::ActiveModel {
-                id: Set(uuid::Uuid::new_v4().to_string()),
-                organization_id: Set(org.to_string()),
-                customer_id: Set(customer_ids[c].clone()),
-                text: Set(format!("Customer cares about {}", WORDS[i % WORDS.len()])),
-                status: Set([
-                    FactStatus::Active,
-                    FactStatus::Active,
-                    FactStatus::Superseded,
-                ][i % 3]),
-                source_type: Set(source_type.to_string()),
-                source_id: Set(source_id),
-                source_occurred_at: Set(occurred),
-                source_quote: Set(WORDS[i % WORDS.len()].to_string()),
-                permalink: Set(None),
-                change_seq: Set((a.sources + i) as i64 + 1),
-                created_at: Set(occurred),
-                updated_at: Set(occurred),
-            });
-        }
+            .collect();
+        line(
+            &mut out,
+            json!({"kind": "source", "sourceType": source_type, "sourceId": format!("src_{i}"),
+                "customer": format!("cus_{c}"),
+                "title": format!("{source_type} about {}", WORDS[i % WORDS.len()]),
+                "body": body.join(" "),
+                "occurredAt": time(now - Duration::minutes(rng.gen_range(0..60 * 24 * 365))),
+                "permalink": format!("https://crm.example.com/src_{i}"),
+                "participants": [format!("user{c}@{}", domain(c))]}),
+        )?;
     }
-    let fact_count = facts.len();
-    insert_chunked(db, sources).await?;
-    insert_chunked(db, facts).await?;
-    eprintln!(
-        "bench: {} sources and {fact_count} facts loaded ({:?})",
-        a.sources,
-        started.elapsed()
-    );
-
-    // Events go in batches so a million rows never sit in memory at once.
-    let batch = 100_000;
-    let mut done = 0;
-    while done < a.events {
-        let n = batch.min(a.events - done);
-        let mut rows = Vec::with_capacity(n);
-        for i in done..done + n {
-            let c = i % a.customers.max(1);
-            let occurred = now - Duration::minutes(rng.gen_range(0..60 * 24 * 90));
-            let (event_type, name) = match i % 4 {
-                0 | 1 => ("pageview", None),
-                2 => ("custom", Some(WORDS[i % WORDS.len()].to_string())),
-                _ => ("identify", None),
-            };
-            rows.push(event::ActiveModel {
-                id: Set(uuid::Uuid::new_v4().to_string()),
-                organization_id: Set(org.to_string()),
-                message_id: Set(None),
-                event_type: Set(event_type.to_string()),
-                event_name: Set(name),
-                visitor_id: Set(None),
-                user_id: Set(None),
-                customer_id: Set(customer_ids.get(c).cloned()),
-                url: Set("https://app.example.com/dashboard".into()),
-                path: Set("/dashboard".into()),
-                occurred_at: Set(occurred),
-                received_at: Set(occurred),
-                data: Set(json!({ "title": "Dashboard" })),
-            });
-        }
-        insert_chunked(db, rows).await?;
-        done += n;
+    for f in 0..s.facts {
+        let i = rng.gen_range(0..s.sources);
+        let (c, source_type) = cited[i];
+        let c = c as usize;
+        line(
+            &mut out,
+            json!({"kind": "fact", "customer": domain(c),
+                "text": format!("Cares about {} ({f})", WORDS[f % WORDS.len()]),
+                "status": if f % 5 == 0 { "SUPERSEDED" } else { "ACTIVE" },
+                "sourceType": source_type, "sourceId": format!("src_{i}"),
+                "sourceQuote": WORDS[f % WORDS.len()]}),
+        )?;
     }
-    eprintln!(
-        "bench: {} events loaded ({:?})",
-        a.events,
-        started.elapsed()
-    );
-    // Fresh statistics let SQLite's planner pick the selective index.
-    sea_orm::ConnectionTrait::execute_unprepared(db, "ANALYZE").await?;
-
-    let domains = (0..20)
-        .map(|k| domain((k * 7919) % a.customers.max(1)))
-        .collect();
-    Ok(Sample { domains })
+    out.flush()?;
+    Ok(lines)
 }
 
-/// The cases of the tools on this branch.
-fn cases(s: &Sample) -> Vec<Case> {
-    let d = |k: usize| s.domains[k % s.domains.len()].clone();
-    let mut cases = vec![
-        Case {
-            label: "list_customers billingStatus+activeWithin".into(),
-            tool: "svc_list_customers",
-            input: json!({ "billingStatus": "PAYING", "activeWithin": "30d", "limit": 50 }),
-        },
-        Case {
-            label: "list_customers minMrrCents+traits".into(),
-            tool: "svc_list_customers",
-            input: json!({ "minMrrCents": 100000, "traits": { "plan": "pro" }, "limit": 50 }),
-        },
-        Case {
-            label: "list_customers inactiveFor".into(),
-            tool: "svc_list_customers",
-            input: json!({ "inactiveFor": "60d", "limit": 50 }),
-        },
-        Case {
-            label: "list_customers name".into(),
-            tool: "svc_list_customers",
-            input: json!({ "name": "company 4242", "limit": 50 }),
-        },
-        Case {
-            label: "list_users customer".into(),
-            tool: "svc_list_users",
-            input: json!({ "customer": d(1) }),
-        },
-        Case {
-            label: "list_users stage".into(),
-            tool: "svc_list_users",
-            input: json!({ "stage": "engaged", "limit": 50 }),
-        },
-        Case {
-            label: "get_customer all includes".into(),
-            tool: "svc_get_customer",
-            input: json!({
-                "customer": d(2),
-                "include": ["users", "revenue", "recentTimeline", "facts", "sources"],
-                "timeframe": "90d",
-            }),
-        },
-        Case {
-            label: "get_timeline 90d".into(),
-            tool: "svc_get_timeline",
-            input: json!({ "customer": d(3), "timeframe": "90d", "limit": 100 }),
-        },
-        Case {
-            label: "list_facts customer".into(),
-            tool: "svc_list_facts",
-            input: json!({ "customer": d(4) }),
-        },
-        Case {
-            label: "list_facts sourceTypes (all customers)".into(),
-            tool: "svc_list_facts",
-            input: json!({ "sourceTypes": ["CALL", "EMAIL"], "limit": 50 }),
-        },
-        Case {
-            label: "list_sources customer".into(),
-            tool: "svc_list_sources",
-            input: json!({ "customer": d(5) }),
-        },
-        Case {
-            label: "get_source".into(),
-            tool: "svc_get_source",
-            input: json!({ "sourceType": "CALL", "sourceId": "src_5" }),
-        },
+/// Customer ids by the index in their `externalId` (`cus_{index}`).
+async fn customer_ids(db: &DatabaseConnection, org: &str, n: usize) -> Result<Vec<String>> {
+    let rows: Vec<(String, Option<String>)> = entity::customer::Entity::find()
+        .select_only()
+        .columns([
+            entity::customer::Column::Id,
+            entity::customer::Column::ExternalId,
+        ])
+        .filter(entity::customer::Column::OrganizationId.eq(org))
+        .into_tuple()
+        .all(db)
+        .await?;
+    let mut ids = vec![String::new(); n];
+    for (id, external) in rows {
+        if let Some(i) = external
+            .as_deref()
+            .and_then(|e| e.strip_prefix("cus_"))
+            .and_then(|i| i.parse::<usize>().ok())
+            .filter(|i| *i < n)
+        {
+            ids[i] = id;
+        }
+    }
+    if ids.iter().any(String::is_empty) {
+        bail!("the import left customers out");
+    }
+    Ok(ids)
+}
+
+/// Rows per multi-row INSERT and per transaction of the directly written tables.
+const INSERT_ROWS: usize = 1_000;
+const TRANSACTION_ROWS: usize = 50_000;
+
+async fn insert_all<A>(db: &DatabaseConnection, rows: Vec<A>) -> Result<()>
+where
+    A: ActiveModelTrait + Send,
+{
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let txn = crate::db::begin_write(db).await?;
+        for _ in 0..TRANSACTION_ROWS / INSERT_ROWS {
+            let chunk: Vec<A> = rows.by_ref().take(INSERT_ROWS).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            A::Entity::insert_many(chunk)
+                .exec_without_returning(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+    }
+    Ok(())
+}
+
+/// The organization's events over the last 30 days (the tail customer's among them), written as
+/// the ingest applier leaves them, and its billing history.
+async fn write_events(
+    db: &DatabaseConnection,
+    org: &str,
+    customers: &[String],
+    s: Scale,
+) -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(7);
+    let now = Utc::now();
+    let mut written = 0;
+    while written < s.events {
+        let n = TRANSACTION_ROWS.min(s.events - written);
+        let rows: Vec<event::ActiveModel> = (written..written + n)
+            .map(|i| {
+                let c = if i < s.tail_events() {
+                    TAIL_EVENTS
+                } else {
+                    skewed_customer(&mut rng, s.customers)
+                };
+                let occurred = now - Duration::seconds(rng.gen_range(0..30 * 86_400));
+                let (event_type, name, data) = match rng.gen_range(0..100) {
+                    0..=49 => ("pageview", None, json!({"title": "Dashboard"})),
+                    50..=79 => (
+                        "custom",
+                        Some(WORDS[i % WORDS.len()].to_string()),
+                        json!({"properties": {"plan": PLANS[i % 3]}}),
+                    ),
+                    80..=89 => ("identify", None, json!({"traits": {}})),
+                    90..=96 => (
+                        "engagement",
+                        None,
+                        json!({"activeTimeMs": 1000, "totalTimeMs": 2000}),
+                    ),
+                    _ => ("billing", None, json!({"status": "paid"})),
+                };
+                event::ActiveModel {
+                    id: Set(uuid::Uuid::new_v4().to_string()),
+                    organization_id: Set(org.to_string()),
+                    message_id: Set(Some(uuid::Uuid::new_v4().to_string())),
+                    event_type: Set(event_type.to_string()),
+                    event_name: Set(name),
+                    visitor_id: Set(None),
+                    user_id: Set(None),
+                    customer_id: Set(Some(customers[c].clone())),
+                    url: Set("https://app.example.com/dashboard".into()),
+                    path: Set("/dashboard".into()),
+                    occurred_at: Set(occurred),
+                    received_at: Set(occurred),
+                    data: Set(data),
+                }
+            })
+            .collect();
+        insert_all(db, rows).await?;
+        written += n;
+        if written % 1_000_000 == 0 {
+            eprintln!("bench: {written} events written");
+        }
+    }
+    // Billing history: a change when each customer was created, a second for a third of them,
+    // and 300 for the tail customer whose users stand out (the section shows the latest 100).
+    let mut changes = Vec::new();
+    for (c, id) in customers.iter().enumerate() {
+        let count = match c {
+            TAIL_USERS => 300,
+            _ if c % 3 == 0 => 2,
+            _ => 1,
+        };
+        for k in 0..count {
+            changes.push(billing_change::ActiveModel {
+                id: Set(uuid::Uuid::new_v4().to_string()),
+                organization_id: Set(org.to_string()),
+                customer_id: Set(id.clone()),
+                at: Set(now - Duration::days(400) + Duration::days(k)),
+                billing_status: Set(if k == 0 {
+                    BillingStatus::Trialing
+                } else {
+                    BillingStatus::Paying
+                }),
+                mrr_cents: Set(1_000 * k),
+                origin: Set("import".into()),
+            });
+        }
+        if changes.len() >= TRANSACTION_ROWS {
+            insert_all(db, std::mem::take(&mut changes)).await?;
+        }
+    }
+    insert_all(db, changes).await
+}
+
+/// An automation with [`AUTOMATION_RUNS`] runs, as the engine leaves them; answers its id.
+async fn write_automation_runs(db: &DatabaseConnection, org: &str) -> Result<String> {
+    let now = Utc::now();
+    let id = uuid::Uuid::new_v4().to_string();
+    automation::ActiveModel {
+        id: Set(id.clone()),
+        organization_id: Set(org.to_string()),
+        key: Set("bench-runs".into()),
+        managed_by: Set("UI".into()),
+        name: Set("Bench runs".into()),
+        description: Set(None),
+        enabled: Set(false),
+        trigger_type: Set("SIGNAL_OCCURRENCE".into()),
+        trigger_json: Set(json!({})),
+        audience_filter_json: Set(json!({})),
+        agent_id: Set(None),
+        match_mode: Set("ANY".into()),
+        schema_version: Set("1".into()),
+        config_hash: Set(None),
+        archived_at: Set(None),
+        last_run_at: Set(Some(now)),
+        last_run_status: Set(Some(automation_run::AutomationRunStatus::Delivered)),
+        next_run_at: Set(None),
+        enabled_at: Set(None),
+        created_at: Set(now - Duration::days(60)),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await?;
+    let statuses = [
+        automation_run::AutomationRunStatus::Delivered,
+        automation_run::AutomationRunStatus::Skipped,
+        automation_run::AutomationRunStatus::Failed,
+        automation_run::AutomationRunStatus::PartialFailure,
     ];
-    cases.extend(search_and_query_cases(s));
-    cases
+    let runs: Vec<automation_run::ActiveModel> = (0..AUTOMATION_RUNS)
+        .map(|i| {
+            let at = now - Duration::seconds(i as i64 * 50);
+            automation_run::ActiveModel {
+                id: Set(uuid::Uuid::new_v4().to_string()),
+                organization_id: Set(org.to_string()),
+                automation_id: Set(id.clone()),
+                dedupe_key: Set(format!("run:{i}")),
+                status: Set(statuses[i % 7 % statuses.len()]),
+                triggered_at: Set(at),
+                started_at: Set(Some(at)),
+                finished_at: Set(Some(at)),
+                config_hash: Set(None),
+                subject: Set(Some(json!({"grain": "customer", "id": format!("c{i}"),
+                    "key": format!("company-{i}.example.com"), "name": null, "customerId": null}))),
+                digest_since: Set(None),
+                skip_reason: Set(None),
+                title: Set(Some("Run".into())),
+                message: Set(Some("A bench run".into())),
+                warnings: Set(json!([])),
+                events: Set(json!([])),
+                signals: Set(json!([])),
+                processor_attempts: Set(1),
+                lease_until: Set(None),
+                updated_at: Set(at),
+            }
+        })
+        .collect();
+    insert_all(db, runs).await?;
+    Ok(id)
 }
 
-/// Full-text search over every source and fact, and grouped aggregates through svc_query.
-fn search_and_query_cases(s: &Sample) -> Vec<Case> {
-    vec![
+/// Values of the loaded data that the cases draw their inputs from.
+struct Sample {
+    scale: Scale,
+    fact_ids: Vec<String>,
+    /// `(sourceType, sourceId)` pairs.
+    sources: Vec<(String, String)>,
+    automation_id: String,
+    /// Second pages: a `nextCursor` of a PAYING customers list and of the tail customer's users.
+    paying_cursor: String,
+    tail_users_cursor: String,
+}
+
+impl Sample {
+    fn customer(&self, rng: &mut StdRng) -> String {
+        domain(rng.gen_range(0..self.scale.customers))
+    }
+    fn source(&self, rng: &mut StdRng) -> &(String, String) {
+        &self.sources[rng.gen_range(0..self.sources.len())]
+    }
+}
+
+/// One call of a case.
+enum Call {
+    Tool(&'static str, Value),
+    Get(String),
+}
+
+/// A measured case: its label, its p99 target, and how it draws the input of each call.
+struct Case {
+    label: &'static str,
+    target_ms: f64,
+    make: Box<dyn Fn(&Sample, &mut StdRng) -> Call + Send + Sync>,
+}
+
+fn tool(
+    label: &'static str,
+    target_ms: f64,
+    name: &'static str,
+    input: impl Fn(&Sample, &mut StdRng) -> Value + Send + Sync + 'static,
+) -> Case {
+    Case {
+        label,
+        target_ms,
+        make: Box::new(move |s, rng| Call::Tool(name, input(s, rng))),
+    }
+}
+
+const LOOKUP_MS: f64 = 20.0;
+const SEARCH_MS: f64 = 50.0;
+const AGGREGATE_MS: f64 = 200.0;
+const ALL_INCLUDES: [&str; 5] = ["users", "revenue", "recentTimeline", "facts", "sources"];
+
+fn cases() -> Vec<Case> {
+    let t = LOOKUP_MS;
+    let mut cases = vec![
+        tool(
+            "get_customer, every include",
+            t,
+            "svc_get_customer",
+            |s, r| json!({"customer": s.customer(r), "include": ALL_INCLUDES}),
+        ),
+        tool(
+            "get_customer, every include, tail customers",
+            t,
+            "svc_get_customer",
+            |_, r| json!({"customer": domain(r.gen_range(0..3)), "include": ALL_INCLUDES}),
+        ),
+        tool(
+            "get_customer, no include",
+            t,
+            "svc_get_customer",
+            |s, r| json!({"customer": format!("cus_{}", r.gen_range(0..s.scale.customers))}),
+        ),
+        tool(
+            "list_customers billingStatus",
+            t,
+            "svc_list_customers",
+            |_, r| {
+                let status = BillingStatus::ALL[r.gen_range(0..BillingStatus::ALL.len())];
+                json!({"billingStatus": status.as_str()})
+            },
+        ),
+        tool(
+            "list_customers minMrrCents",
+            t,
+            "svc_list_customers",
+            |_, r| json!({"minMrrCents": r.gen_range(1..20) * 50_000}),
+        ),
+        tool(
+            "list_customers MRR range",
+            t,
+            "svc_list_customers",
+            |_, r| {
+                let min = r.gen_range(1..20) * 10_000;
+                json!({"minMrrCents": min, "maxMrrCents": min + 20_000})
+            },
+        ),
+        tool(
+            "list_customers traits",
+            t,
+            "svc_list_customers",
+            |_, r| json!({"traits": {"plan": PLANS[r.gen_range(0..3)]}}),
+        ),
+        tool(
+            "list_customers rare trait",
+            t,
+            "svc_list_customers",
+            |_, _| json!({"traits": {"segment": "strategic"}}),
+        ),
+        tool(
+            "list_customers name",
+            t,
+            "svc_list_customers",
+            |s, r| json!({"name": format!("company {}", r.gen_range(0..s.scale.customers))}),
+        ),
+        tool(
+            "list_customers activeWithin",
+            t,
+            "svc_list_customers",
+            |_, r| json!({"activeWithin": format!("{}d", r.gen_range(1..60))}),
+        ),
+        tool(
+            "list_customers inactiveFor",
+            t,
+            "svc_list_customers",
+            |_, r| json!({"inactiveFor": format!("{}d", r.gen_range(1..90))}),
+        ),
+        tool(
+            "list_customers PAYING+minMrrCents",
+            t,
+            "svc_list_customers",
+            |_, r| json!({"billingStatus": "PAYING", "minMrrCents": r.gen_range(1..20) * 50_000}),
+        ),
+        tool(
+            "list_customers combined",
+            t,
+            "svc_list_customers",
+            |_, r| {
+                json!({"billingStatus": "PAYING", "minMrrCents": r.gen_range(1..10) * 10_000,
+                "traits": {"region": REGIONS[r.gen_range(0..3)]}, "activeWithin": "30d"})
+            },
+        ),
+        tool(
+            "list_customers PAYING, second page",
+            t,
+            "svc_list_customers",
+            |s, _| json!({"billingStatus": "PAYING", "cursor": s.paying_cursor}),
+        ),
+        tool(
+            "list_users customer",
+            t,
+            "svc_list_users",
+            |s, r| json!({"customer": s.customer(r)}),
+        ),
+        tool(
+            "list_users tail customer",
+            t,
+            "svc_list_users",
+            |_, _| json!({"customer": domain(TAIL_USERS)}),
+        ),
+        tool(
+            "list_users tail customer, second page",
+            t,
+            "svc_list_users",
+            |s, _| json!({"customer": domain(TAIL_USERS), "cursor": s.tail_users_cursor}),
+        ),
+        tool(
+            "list_users stage",
+            t,
+            "svc_list_users",
+            |_, r| json!({"stage": STAGES[r.gen_range(0..STAGES.len())]}),
+        ),
+        tool(
+            "list_users traits",
+            t,
+            "svc_list_users",
+            |_, r| json!({"traits": {"role": ROLES[r.gen_range(0..2)]}}),
+        ),
+        tool(
+            "list_users email",
+            t,
+            "svc_list_users",
+            |s, r| json!({"email": format!("USER{}@example.com", r.gen_range(0..s.scale.users))}),
+        ),
+        tool(
+            "get_timeline 30d",
+            t,
+            "svc_get_timeline",
+            |s, r| json!({"customer": s.customer(r), "timeframe": "30d"}),
+        ),
+        tool(
+            "get_timeline 30d, tail customer",
+            t,
+            "svc_get_timeline",
+            |_, _| json!({"customer": domain(TAIL_EVENTS), "timeframe": "30d"}),
+        ),
+    ];
+    for channel in ["product", "billing", "support", "conversation"] {
+        let label: &'static str = Box::leak(format!("get_timeline 30d {channel}").into_boxed_str());
+        cases.push(tool(label, t, "svc_get_timeline", move |s, r| {
+            json!({"customer": s.customer(r), "timeframe": "30d", "channels": [channel]})
+        }));
+    }
+    cases.extend([
+        tool("list_facts customer", t, "svc_list_facts", |s, r| {
+            json!({"customer": s.customer(r)})
+        }),
+        tool("list_facts sourceTypes", t, "svc_list_facts", |_, r| {
+            json!({"sourceTypes": [SOURCE_TYPES[r.gen_range(0..SOURCE_TYPES.len())]]})
+        }),
+        tool("list_sources customer", t, "svc_list_sources", |s, r| {
+            json!({"customer": s.customer(r)})
+        }),
+        tool("list_sources tail customer", t, "svc_list_sources", |_, _| {
+            json!({"customer": domain(TAIL_SOURCES)})
+        }),
+        tool("list_sources sourceTypes", t, "svc_list_sources", |_, r| {
+            json!({"sourceTypes": [SOURCE_TYPES[r.gen_range(0..SOURCE_TYPES.len())]]})
+        }),
+        tool("get_fact", t, "svc_get_fact", |s, r| {
+            json!({"factId": s.fact_ids[r.gen_range(0..s.fact_ids.len())]})
+        }),
+        tool("get_source", t, "svc_get_source", |s, r| {
+            let (source_type, source_id) = s.source(r);
+            json!({"sourceType": source_type, "sourceId": source_id})
+        }),
         Case {
-            label: "search all customers".into(),
-            tool: "svc_search_customer_context",
-            input: json!({ "query": "renewal pricing concerns", "topK": 10 }),
+            label: "GET /api/automations",
+            target_ms: t,
+            make: Box::new(|_, _| Call::Get("/api/automations".into())),
         },
         Case {
-            label: "search one customer, calls+emails".into(),
-            tool: "svc_search_customer_context",
-            input: json!({
-                "query": "security review",
-                "customer": s.domains[0],
-                "sourceTypes": ["CALL", "EMAIL"],
-            }),
+            label: "GET /api/automations/{id}/runs (100,000 runs)",
+            target_ms: t,
+            make: Box::new(|s, _| Call::Get(format!("/api/automations/{}/runs", s.automation_id))),
         },
-        Case {
-            label: "query customers grouped by billing status".into(),
-            tool: "svc_query",
-            input: json!({
-                "sql": "SELECT billing_status, count(*) AS customers, sum(mrr_cents) AS mrr \
-                        FROM customers GROUP BY billing_status ORDER BY mrr DESC",
-            }),
-        },
-        Case {
-            label: "query events grouped by type".into(),
-            tool: "svc_query",
-            input: json!({
-                "sql": "SELECT type, count(*) AS events FROM events \
-                        GROUP BY type ORDER BY events DESC",
-            }),
-        },
-    ]
+        tool("search, all customers", SEARCH_MS, "svc_search_customer_context", |_, r| {
+            json!({"query": format!("{} {}", WORDS[r.gen_range(0..12)], WORDS[r.gen_range(0..12)]),
+                "topK": 10})
+        }),
+        tool("search, one customer", SEARCH_MS, "svc_search_customer_context", |s, r| {
+            json!({"query": WORDS[r.gen_range(0..12)], "customer": s.customer(r)})
+        }),
+        tool("svc_query customers by billing status", AGGREGATE_MS, "svc_query", |_, _| {
+            json!({"sql": "SELECT billing_status, count(*) AS customers, sum(mrr_cents) AS mrr \
+                FROM customers GROUP BY billing_status ORDER BY mrr DESC"})
+        }),
+    ]);
+    cases
 }
 
 fn percentile(sorted: &[StdDuration], p: f64) -> StdDuration {
@@ -410,36 +734,270 @@ fn percentile(sorted: &[StdDuration], p: f64) -> StdDuration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Runs the benchmark and prints one line per case (and a JSON summary on stdout).
+/// A client of the in-process server.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    async fn call(&self, call: &Call) -> Result<Value> {
+        let request = match call {
+            Call::Tool(name, input) => self
+                .http
+                .post(format!("{}/api/tools/call", self.base))
+                .json(&json!({"tool": name, "input": input})),
+            Call::Get(path) => self.http.get(format!("{}{path}", self.base)),
+        };
+        let response = request.bearer_auth(&self.key).send().await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if !status.is_success() {
+            bail!("{status}: {body}");
+        }
+        Ok(body)
+    }
+}
+
+/// What one case measured.
+struct Measured {
+    calls: usize,
+    errors: usize,
+    first_error: Option<String>,
+    p50: StdDuration,
+    p99: StdDuration,
+}
+
+async fn measure(
+    case: Arc<Case>,
+    sample: Arc<Sample>,
+    client: &Client,
+    concurrency: usize,
+    seconds: u64,
+) -> Measured {
+    let deadline = Instant::now() + StdDuration::from_secs(seconds);
+    let callers: Vec<_> = (0..concurrency)
+        .map(|k| {
+            let (case, sample, client) = (case.clone(), sample.clone(), client.clone());
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(1_000 + k as u64);
+                let (mut times, mut errors, mut first_error) = (Vec::new(), 0, None);
+                // Warm-up: a few calls each, not counted.
+                for _ in 0..3 {
+                    let _ = client.call(&(case.make)(&sample, &mut rng)).await;
+                }
+                while Instant::now() < deadline {
+                    let call = (case.make)(&sample, &mut rng);
+                    let started = Instant::now();
+                    match client.call(&call).await {
+                        Ok(_) => times.push(started.elapsed()),
+                        Err(e) => {
+                            errors += 1;
+                            first_error.get_or_insert_with(|| e.to_string());
+                        }
+                    }
+                }
+                (times, errors, first_error)
+            })
+        })
+        .collect();
+    let (mut times, mut errors, mut first_error) = (Vec::new(), 0, None);
+    for caller in callers {
+        if let Ok((t, e, f)) = caller.await {
+            times.extend(t);
+            errors += e;
+            first_error = first_error.or(f);
+        }
+    }
+    times.sort();
+    Measured {
+        calls: times.len(),
+        errors,
+        first_error,
+        p50: percentile(&times, 50.0),
+        p99: percentile(&times, 99.0),
+    }
+}
+
+/// Sends `rate` events per second to the organization's Ingest API (batches of 100, open loop)
+/// until `stop`; counts the events acknowledged and the batches that failed.
+fn spawn_ingest(
+    base: String,
+    public_key: String,
+    rate: u64,
+    users: usize,
+    customers: usize,
+    stop: Arc<AtomicBool>,
+    acknowledged: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let batches_per_sec = (rate as f64 / 100.0).max(0.01);
+        let mut tick = tokio::time::interval(StdDuration::from_secs_f64(1.0 / batches_per_sec));
+        let mut rng = StdRng::seed_from_u64(99);
+        let mut in_flight = tokio::task::JoinSet::new();
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            let events: Vec<Value> = (0..100)
+                .map(|_| {
+                    let u = rng.gen_range(0..users);
+                    let c = rng.gen_range(0..customers);
+                    json!({"type": "custom", "eventName": WORDS[u % WORDS.len()],
+                        "url": "server://bench", "path": "/",
+                        "email": format!("user{u}@{}", domain(c)),
+                        "properties": {"plan": PLANS[u % 3]},
+                        "messageId": uuid::Uuid::new_v4().to_string()})
+                })
+                .collect();
+            let request = http
+                .post(format!("{base}/api/i/v1/{public_key}/events"))
+                .json(&json!({"source": "server", "events": events}));
+            let (acknowledged, failed) = (acknowledged.clone(), failed.clone());
+            in_flight.spawn(async move {
+                match request.send().await {
+                    Ok(r) if r.status().is_success() => {
+                        acknowledged.fetch_add(100, Ordering::Relaxed);
+                    }
+                    _ => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            while in_flight.try_join_next().is_some() {}
+        }
+        while in_flight.join_next().await.is_some() {}
+    })
+}
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Runs the benchmark: loads, serves, measures every case, prints the table and a JSON line.
 pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("custintel-bench-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir)?;
-    let url = format!("sqlite://{}?mode=rwc", dir.join("bench.db").display());
-    let result = run(&url, &args).await;
-    if args.keep_database {
-        eprintln!("bench: database kept at {}", dir.join("bench.db").display());
-    } else {
-        let _ = std::fs::remove_dir_all(&dir);
+    let dir = tempfile::tempdir()?;
+    let options = BenchOptions {
+        seconds: 0,
+        concurrency: 0,
+        database_url: args.postgres.clone(),
+        instances: 1,
+    };
+    let (conn, label, schema) = bench_ingest::open(&options, dir.path()).await?;
+    let result = run(&args, &conn, &label, dir.path()).await;
+    bench_ingest::drop_schema(&options, schema.as_deref()).await?;
+    if args.keep_database && schema.is_none() {
+        let kept = dir.keep();
+        eprintln!(
+            "bench: database kept at {}",
+            kept.join("bench.db").display()
+        );
     }
     result
 }
 
-async fn run(url: &str, args: &ToolsBenchArgs) -> Result<()> {
-    let conn = db::connect(url, None).await?;
-    db::migrate(&conn).await?;
-    let org = admin::create_org(
-        &conn,
-        admin::NewOrganization {
-            name: "Bench".into(),
-            plan: admin::Plan::Enterprise,
-            api_call_limit: None,
-            connection_limit: None,
-            ingest_rate_limit: None,
-            tracking_domains: vec![],
-        },
-    )
-    .await?;
-    let sample = load(&conn, &org.organization_id, args).await?;
+async fn import_book(
+    conn: &DatabaseConnection,
+    dir: &std::path::Path,
+    org: &str,
+    scale: Scale,
+    seed: u64,
+) -> Result<(usize, f64)> {
+    let book = dir.join(format!("book-{seed}.jsonl"));
+    let lines = write_book(&book, scale, seed)?;
+    let started = Instant::now();
+    let report = crate::ops::import::import_file(conn, org, &book.display().to_string())
+        .await
+        .context("import")?;
+    let took = started.elapsed().as_secs_f64();
+    std::fs::remove_file(&book)?;
+    if !report.rejected.is_empty() {
+        bail!(
+            "the import rejected lines: {:?}",
+            &report.rejected[..report.rejected.len().min(5)]
+        );
+    }
+    Ok((lines, took))
+}
+
+async fn run(
+    args: &ToolsBenchArgs,
+    conn: &DatabaseConnection,
+    label: &str,
+    dir: &std::path::Path,
+) -> Result<()> {
+    let scale = Scale::of(args.customers);
+    println!(
+        "custintel bench tools on {label}: {} customers, {} users, {} sources, {} facts, {} events \
+         in one organization (tails: {} users, {} sources, {} events on one customer each); \
+         {} callers per case for {} s{}",
+        scale.customers,
+        scale.users,
+        scale.sources,
+        scale.facts,
+        scale.events,
+        scale.tail_users(),
+        scale.tail_sources(),
+        scale.tail_events(),
+        args.concurrency,
+        args.seconds,
+        if args.with_ingest > 0 {
+            format!(", beside {} ingested events/s", args.with_ingest)
+        } else {
+            String::new()
+        }
+    );
+    let org = bench_ingest::create_org(conn, "Bench", 1_000_000).await?;
+    let (lines, took) = import_book(conn, dir, &org.organization_id, scale, 42).await?;
+    println!(
+        "import: {lines} lines in {took:.1} s ({:.0} lines/s)",
+        lines as f64 / took
+    );
+    for k in 0..3 {
+        let small = admin::create_org(
+            conn,
+            admin::NewOrganization {
+                name: format!("Small {k}"),
+                plan: admin::Plan::Pro,
+                api_call_limit: None,
+                connection_limit: None,
+                ingest_rate_limit: None,
+                tracking_domains: vec![],
+            },
+        )
+        .await?;
+        import_book(
+            conn,
+            dir,
+            &small.organization_id,
+            Scale::of(SMALL_ORG_CUSTOMERS),
+            100 + k,
+        )
+        .await?;
+    }
+    let started = Instant::now();
+    let ids = customer_ids(conn, &org.organization_id, scale.customers).await?;
+    write_events(conn, &org.organization_id, &ids, scale).await?;
+    drop(ids);
+    let automation_id = write_automation_runs(conn, &org.organization_id).await?;
+    println!(
+        "events, billing changes and {AUTOMATION_RUNS} automation runs written in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Serve as `custintel serve` does on this database, and time its readiness.
+    let started = Instant::now();
     let state = AppState {
         db: conn.clone(),
         secrets: SecretBox::from_key(&[7u8; 32]),
@@ -448,72 +1006,200 @@ async fn run(url: &str, args: &ToolsBenchArgs) -> Result<()> {
         search: crate::search::SearchIndex::start(conn.clone())?,
         agents: Default::default(),
     };
-    // Steady-state latency: the index build at start would otherwise share the two cores with
-    // the first cases (its own time is logged as `search index built`).
-    let started = Instant::now();
-    if !state.search.wait_built(StdDuration::from_secs(600)).await {
-        return Err(anyhow!("the search index was not built within 10 minutes"));
-    }
-    eprintln!("bench: search index built ({:?})", started.elapsed());
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let server = tokio::spawn(async move {
-        crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
-            let _ = tx.send(addr);
-        })
-        .await
-    });
-    let addr = rx.await.map_err(|_| anyhow!("the server did not start"))?;
-    let client = reqwest::Client::new();
-    let endpoint = format!("http://{addr}/api/tools/call");
-    let mut summary = Vec::new();
-    println!(
-        "{:<45} {:>9} {:>9} {:>9}",
-        "case", "p50 ms", "p99 ms", "items"
-    );
-    for case in cases(&sample) {
-        let body = json!({ "tool": case.tool, "input": case.input });
-        let mut times = Vec::with_capacity(args.iterations);
-        let mut items = 0;
-        for i in 0..args.iterations + 20 {
-            let started = Instant::now();
-            let resp = client
-                .post(&endpoint)
-                .bearer_auth(&org.api_key)
-                .json(&body)
-                .send()
-                .await
-                .context("calling the gateway")?;
-            let status = resp.status();
-            let value: Value = resp.json().await?;
-            let elapsed = started.elapsed();
-            if !status.is_success() {
-                return Err(anyhow!("{} answered {status}: {value}", case.label));
+    let search = state.search.clone();
+    let (bound_tx, bound) = tokio::sync::oneshot::channel();
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(crate::http::server::serve_until(
+        state,
+        "127.0.0.1:0",
+        move |addr| {
+            let _ = bound_tx.send(addr);
+        },
+        async move {
+            let _ = server_stopped.await;
+        },
+    ));
+    let base = format!("http://{}", bound.await?);
+    let http = reqwest::Client::new();
+    loop {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status().is_success() {
+                break;
             }
-            if i >= 20 {
-                times.push(elapsed);
-            }
-            // Lists answer `items`, search `results`, svc_query `rows`; a lookup is one record.
-            items = ["items", "results", "rows"]
-                .iter()
-                .find_map(|k| value[*k].as_array())
-                .map_or(1, Vec::len);
         }
-        times.sort();
-        let (p50, p99) = (percentile(&times, 50.0), percentile(&times, 99.0));
-        println!(
-            "{:<45} {:>9.2} {:>9.2} {:>9}",
-            case.label,
-            p50.as_secs_f64() * 1000.0,
-            p99.as_secs_f64() * 1000.0,
-            items
-        );
-        summary.push(json!({
-            "case": case.label,
-            "p50Ms": p50.as_secs_f64() * 1000.0,
-            "p99Ms": p99.as_secs_f64() * 1000.0,
-        }));
+        tokio::time::sleep(StdDuration::from_millis(20)).await;
     }
-    server.abort();
+    let ready = started.elapsed();
+    if !search.wait_built(StdDuration::from_secs(3_600)).await {
+        bail!("the search index was not built within an hour");
+    }
+    println!(
+        "serve: /readyz 200 after {:.2} s; search index built after {:.1} s; resident memory {:.0} MiB",
+        ready.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        rss_mib()
+    );
+    // The statistics refresh runs at start beside the search build; let it finish.
+    crate::db::statistics::refresh(conn).await?;
+
+    let client = Client {
+        http,
+        base: base.clone(),
+        key: org.api_key.clone(),
+    };
+    // A thousand facts and sources at random, for the exact look-ups.
+    let random = || sea_orm::sea_query::Expr::cust("random()");
+    let fact_ids: Vec<String> = entity::fact::Entity::find()
+        .select_only()
+        .column(entity::fact::Column::Id)
+        .filter(entity::fact::Column::OrganizationId.eq(&org.organization_id))
+        .order_by(random(), sea_orm::Order::Asc)
+        .limit(1_000)
+        .into_tuple()
+        .all(conn)
+        .await?;
+    let sources: Vec<(String, String)> = entity::source::Entity::find()
+        .select_only()
+        .columns([
+            entity::source::Column::SourceType,
+            entity::source::Column::SourceId,
+        ])
+        .filter(entity::source::Column::OrganizationId.eq(&org.organization_id))
+        .order_by(random(), sea_orm::Order::Asc)
+        .limit(1_000)
+        .into_tuple()
+        .all(conn)
+        .await?;
+    let cursor_of = |v: Value| {
+        v["pagination"]["nextCursor"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let paying_cursor = cursor_of(
+        client
+            .call(&Call::Tool(
+                "svc_list_customers",
+                json!({"billingStatus": "PAYING"}),
+            ))
+            .await?,
+    );
+    let tail_users_cursor = cursor_of(
+        client
+            .call(&Call::Tool(
+                "svc_list_users",
+                json!({"customer": domain(TAIL_USERS)}),
+            ))
+            .await?,
+    );
+    let sample = Arc::new(Sample {
+        scale,
+        fact_ids,
+        sources,
+        automation_id,
+        paying_cursor,
+        tail_users_cursor,
+    });
+
+    let stop_ingest = Arc::new(AtomicBool::new(false));
+    let (acknowledged, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let ingest = (args.with_ingest > 0).then(|| {
+        spawn_ingest(
+            base.clone(),
+            org.public_key.clone(),
+            args.with_ingest,
+            scale.users,
+            scale.customers,
+            stop_ingest.clone(),
+            acknowledged.clone(),
+            failed.clone(),
+        )
+    });
+    let ingest_started = Instant::now();
+
+    println!(
+        "{:<48} {:>7} {:>7} {:>9} {:>9} {:>7}  verdict",
+        "case", "target", "calls", "p50 ms", "p99 ms", "p99/t"
+    );
+    let mut summary = Vec::new();
+    let mut missed = 0;
+    for case in cases() {
+        if args
+            .only
+            .as_deref()
+            .is_some_and(|only| !case.label.contains(only))
+        {
+            continue;
+        }
+        let case = Arc::new(case);
+        let m = measure(
+            case.clone(),
+            sample.clone(),
+            &client,
+            args.concurrency.max(1),
+            args.seconds,
+        )
+        .await;
+        let p99_ms = m.p99.as_secs_f64() * 1e3;
+        let ratio = p99_ms / case.target_ms;
+        let verdict = if m.errors > 0 {
+            "ERRORS"
+        } else if ratio <= 1.0 {
+            "met"
+        } else {
+            "MISSED"
+        };
+        if verdict != "met" {
+            missed += 1;
+        }
+        println!(
+            "{:<48} {:>7} {:>7} {:>9.2} {:>9.2} {:>7.2}  {verdict}{}",
+            case.label,
+            case.target_ms,
+            m.calls,
+            m.p50.as_secs_f64() * 1e3,
+            p99_ms,
+            ratio,
+            m.first_error
+                .as_deref()
+                .map(|e| format!(" ({} errors; first: {})", m.errors, truncate(e, 200)))
+                .unwrap_or_default()
+        );
+        summary.push(
+            json!({"case": case.label, "targetMs": case.target_ms, "calls": m.calls,
+            "errors": m.errors, "p50Ms": m.p50.as_secs_f64() * 1e3, "p99Ms": p99_ms}),
+        );
+    }
+    stop_ingest.store(true, Ordering::Relaxed);
+    if let Some(ingest) = ingest {
+        let _ = ingest.await;
+        let secs = ingest_started.elapsed().as_secs_f64();
+        println!(
+            "ingest beside the cases: {:.0} events/s acknowledged ({} batches failed) of {} offered",
+            acknowledged.load(Ordering::Relaxed) as f64 / secs,
+            failed.load(Ordering::Relaxed),
+            args.with_ingest
+        );
+    }
+    println!(
+        "{} of {} cases within target; resident memory {:.0} MiB",
+        summary.len() - missed,
+        summary.len(),
+        rss_mib()
+    );
     println!("{}", json!({ "results": summary }));
+    let _ = stop_server.send(());
+    let _ = tokio::time::timeout(
+        crate::http::server::SHUTDOWN_LIMIT + StdDuration::from_secs(1),
+        serving,
+    )
+    .await;
     Ok(())
+}
+
+fn truncate(text: &str, n: usize) -> &str {
+    match text.char_indices().nth(n) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
 }

@@ -13,12 +13,12 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::{Expr, ExprTrait, NullOrdering},
-    ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, Order, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, Order, QueryFilter, QueryOrder,
+    QuerySelect,
 };
 
 use super::{
-    common::{after_desc_nullable, ListRequest},
+    common::{after_desc_nullable, count_capped, ListRequest, Total},
     record_counts::{self, KeptTotal},
     ToolContext, ToolResult,
 };
@@ -49,7 +49,7 @@ pub async fn activity_page<E>(
     kept: Option<KeptTotal>,
     activity: E::Column,
     id: E::Column,
-) -> ToolResult<(Vec<E::Model>, u64)>
+) -> ToolResult<(Vec<E::Model>, Total)>
 where
     E: EntityTrait,
     E::Model: Send + Sync,
@@ -87,23 +87,26 @@ where
     };
     let total = async {
         if let Some(c) = &req.cursor {
-            return Ok(c.t);
+            return Ok(c.total());
         }
         if let Some(kept) = &kept {
-            return record_counts::read(db, &ctx.organization_id, kept).await;
+            return Ok(Total::exact(
+                record_counts::read(db, &ctx.organization_id, kept).await?,
+            ));
         }
         if range.is_split() {
             // Two ranges of the activity index, counted at once.
             let (a, n) = tokio::try_join!(
-                E::find().filter(active.clone()).count(db),
-                E::find().filter(never.clone()).count(db)
+                count_capped(db, E::find().filter(active.clone())),
+                count_capped(db, E::find().filter(never.clone()))
             )?;
-            Ok(a + n)
+            Ok(a.plus(n))
         } else {
-            E::find().filter(bounded.clone()).count(db).await
+            count_capped(db, E::find().filter(bounded.clone())).await
         }
     };
-    let (rows, total): (ToolResult<Vec<E::Model>>, Result<u64, DbErr>) = tokio::join!(rows, total);
+    let (rows, total): (ToolResult<Vec<E::Model>>, Result<Total, DbErr>) =
+        tokio::join!(rows, total);
     Ok((rows?, total?))
 }
 

@@ -151,6 +151,70 @@ pub fn ts_opt(value: &Option<DateTime<Utc>>) -> Value {
     value.as_ref().map_or(Value::Null, |v| Value::String(ts(v)))
 }
 
+/// Matches a list counts one by one at most: past this many, `pagination.total` is this lower
+/// bound and `pagination.totalExact` is false, so a broad filter over a large book costs a
+/// bounded count instead of a walk over every match.
+pub const EXACT_TOTAL_LIMIT: u64 = 10_000;
+
+/// A list's `pagination.total`: exact, or a lower bound when there are more matches than
+/// [`EXACT_TOTAL_LIMIT`] and no kept count says how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Total {
+    pub count: u64,
+    pub exact: bool,
+}
+
+impl Total {
+    pub fn exact(count: u64) -> Self {
+        Self { count, exact: true }
+    }
+
+    /// From a count of at most `EXACT_TOTAL_LIMIT + 1` matches ([`count_capped`]).
+    pub fn capped(counted: u64) -> Self {
+        if counted > EXACT_TOTAL_LIMIT {
+            Self {
+                count: EXACT_TOTAL_LIMIT,
+                exact: false,
+            }
+        } else {
+            Self::exact(counted)
+        }
+    }
+
+    /// The total of two disjoint parts: exact when both are.
+    pub fn plus(self, other: Total) -> Self {
+        Self {
+            count: self.count + other.count,
+            exact: self.exact && other.exact,
+        }
+    }
+}
+
+/// Counts the rows `select` matches, up to one past [`EXACT_TOTAL_LIMIT`]: the database stops
+/// reading at that row.
+pub async fn count_capped<E, C>(db: &C, select: sea_orm::Select<E>) -> Result<Total, sea_orm::DbErr>
+where
+    E: EntityTrait,
+    C: sea_orm::ConnectionTrait,
+{
+    use sea_orm::{sea_query::Alias, QuerySelect, QueryTrait};
+    let matches = select
+        .select_only()
+        .expr(Expr::val(1))
+        .limit(EXACT_TOTAL_LIMIT + 1)
+        .into_query();
+    let count = sea_orm::sea_query::Query::select()
+        .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
+        .from_subquery(matches, Alias::new("matches"))
+        .to_owned();
+    let backend = db.get_database_backend();
+    let n: i64 = match db.query_one_raw(backend.build(&count)).await? {
+        Some(row) => row.try_get("", "n")?,
+        None => 0,
+    };
+    Ok(Total::capped(u64::try_from(n).unwrap_or(0)))
+}
+
 /// The position after the last item of a page: the sort key of that item, plus the number of
 /// matches counted on the first page (later pages reuse it instead of counting again).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,9 +223,29 @@ pub struct Cursor {
     pub k: Vec<Value>,
     /// Total matches, counted for the first page.
     pub t: u64,
+    /// Whether `t` is a lower bound (absent: exact).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lower: bool,
 }
 
 impl Cursor {
+    /// The cursor after the item whose sort key is `k`, carrying the first page's total.
+    pub fn after(k: Vec<Value>, total: Total) -> Self {
+        Self {
+            k,
+            t: total.count,
+            lower: !total.exact,
+        }
+    }
+
+    /// The first page's total.
+    pub fn total(&self) -> Total {
+        Total {
+            count: self.t,
+            exact: !self.lower,
+        }
+    }
+
     pub fn encode(&self) -> String {
         URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).unwrap_or_default())
     }
@@ -230,13 +314,13 @@ impl ListRequest {
     }
 
     /// The total from the cursor, or `count` for a first page.
-    pub async fn total<F, Fut>(&self, count: F) -> ToolResult<u64>
+    pub async fn total<F, Fut>(&self, count: F) -> ToolResult<Total>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<u64, sea_orm::DbErr>>,
+        Fut: std::future::Future<Output = Result<Total, sea_orm::DbErr>>,
     {
         match &self.cursor {
-            Some(c) => Ok(c.t),
+            Some(c) => Ok(c.total()),
             None => Ok(count().await?),
         }
     }
@@ -246,7 +330,7 @@ impl ListRequest {
 pub fn page<T>(
     mut rows: Vec<T>,
     req: &ListRequest,
-    total: u64,
+    total: Total,
     key_of: impl Fn(&T) -> Vec<Value>,
     render: impl Fn(&T) -> Value,
     fields: Option<(&[String], &[&str])>,
@@ -254,11 +338,7 @@ pub fn page<T>(
     let has_more = rows.len() as u64 > req.limit;
     rows.truncate(req.limit as usize);
     let next_cursor = match rows.last() {
-        Some(last) if has_more => Cursor {
-            k: key_of(last),
-            t: total,
-        }
-        .encode(),
+        Some(last) if has_more => Cursor::after(key_of(last), total).encode(),
         _ => String::new(),
     };
     let items: Vec<Value> = rows
@@ -271,9 +351,16 @@ pub fn page<T>(
             }
         })
         .collect();
+    json!({ "items": items, "pagination": pagination(has_more, next_cursor, total) })
+}
+
+/// The `pagination` object of a list tool's answer.
+pub fn pagination(has_more: bool, next_cursor: String, total: Total) -> Value {
     json!({
-        "items": items,
-        "pagination": { "hasMore": has_more, "nextCursor": next_cursor, "total": total },
+        "hasMore": has_more,
+        "nextCursor": next_cursor,
+        "total": total.count,
+        "totalExact": total.exact,
     })
 }
 

@@ -10,10 +10,10 @@ use sea_orm::{
     sea_query::NullOrdering, ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
 };
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::{
-    common::{parse_duration, resolve_customer, ts},
+    common::{count_capped, parse_duration, resolve_customer, ts, Total},
     records,
     timeline::{self, Channels, Window},
     ToolContext, ToolError, ToolResult,
@@ -27,6 +27,8 @@ pub const SECTION_TIMELINE: u64 = 50;
 pub const SECTION_FACTS: u64 = 50;
 /// Source list items in `sources`, newest first.
 pub const SECTION_SOURCES: u64 = 20;
+/// Billing changes in `revenue.history`: the latest ones, oldest first.
+pub const SECTION_REVENUE_HISTORY: u64 = 100;
 
 /// A related section of the customer.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
@@ -34,7 +36,8 @@ pub const SECTION_SOURCES: u64 = 20;
 pub enum Section {
     /// The customer's users, most recently active first (at most 100).
     Users,
-    /// Current MRR and billing status with the history of billing changes.
+    /// Current MRR and billing status with the latest billing changes (at most 100), oldest
+    /// first.
     Revenue,
     /// The latest timeline entries within `timeframe` (at most 50), oldest first.
     RecentTimeline,
@@ -61,8 +64,11 @@ pub const DESCRIPTION: &str = "Full details of one customer, found by id, domain
 with optional related sections in `include`: `users`, `revenue` (MRR, billing status and its \
 history), `recentTimeline` (latest activity within `timeframe`, default `30d`), `facts` (active \
 facts with provenance) and `sources` (recent calls, emails, meetings, tickets, opportunities). \
-Returns the Customer record with one extra key per included section; 404 when no customer \
-matches.";
+Each section holds at most 100 items (users 100, recentTimeline 50, facts 50, sources 20, \
+revenue.history the latest 100 changes); `includeTotals` says how many there are in all per \
+section (`{users: 5000, facts: 12}`; counted up to 10,000, past which `includeTotalsExact` \
+marks the section false) and the list tools page through the rest. Returns the Customer record \
+with one extra key per included section; 404 when no customer matches.";
 
 pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let timeframe = parse_duration("timeframe", input.timeframe.as_deref().unwrap_or("30d"))?;
@@ -74,29 +80,48 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let obj = out
         .as_object_mut()
         .ok_or_else(|| ToolError::Internal("customer record is not an object".into()))?;
+    let mut totals = Map::new();
+    let mut exact = Map::new();
+    let mut total = |section: &str, t: Total| {
+        totals.insert(section.into(), json!(t.count));
+        exact.insert(section.into(), json!(t.exact));
+    };
     if include.contains(&Section::Users) {
-        let rows = user::Entity::find()
-            .filter(user::Column::OrganizationId.eq(org))
-            .filter(user::Column::CustomerId.eq(&c.id))
-            .order_by_with_nulls(
-                user::Column::LastActivityAt,
-                Order::Desc,
-                NullOrdering::Last,
-            )
-            .order_by(user::Column::Id, Order::Desc)
-            .limit(SECTION_USERS)
-            .all(db)
-            .await?;
+        let users = || {
+            user::Entity::find()
+                .filter(user::Column::OrganizationId.eq(org))
+                .filter(user::Column::CustomerId.eq(&c.id))
+        };
+        let (rows, count) = tokio::try_join!(
+            users()
+                .order_by_with_nulls(
+                    user::Column::LastActivityAt,
+                    Order::Desc,
+                    NullOrdering::Last,
+                )
+                .order_by(user::Column::Id, Order::Desc)
+                .limit(SECTION_USERS)
+                .all(db),
+            count_capped(db, users())
+        )?;
         obj.insert("users".into(), rows.iter().map(records::user).collect());
+        total("users", count);
     }
     if include.contains(&Section::Revenue) {
-        let rows = billing_change::Entity::find()
-            .filter(billing_change::Column::OrganizationId.eq(org))
-            .filter(billing_change::Column::CustomerId.eq(&c.id))
-            .order_by(billing_change::Column::At, Order::Asc)
-            .order_by(billing_change::Column::Id, Order::Asc)
-            .all(db)
-            .await?;
+        let changes = || {
+            billing_change::Entity::find()
+                .filter(billing_change::Column::OrganizationId.eq(org))
+                .filter(billing_change::Column::CustomerId.eq(&c.id))
+        };
+        let (mut rows, count) = tokio::try_join!(
+            changes()
+                .order_by(billing_change::Column::At, Order::Desc)
+                .order_by(billing_change::Column::Id, Order::Desc)
+                .limit(SECTION_REVENUE_HISTORY)
+                .all(db),
+            count_capped(db, changes())
+        )?;
+        rows.reverse();
         let history: Vec<Value> = rows
             .iter()
             .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status.as_str(), "mrrCents": b.mrr_cents }))
@@ -105,6 +130,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             "revenue".into(),
             json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status.as_str(), "history": history }),
         );
+        total("revenue", count);
     }
     if include.contains(&Section::RecentTimeline) {
         let window = Window {
@@ -113,37 +139,57 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             before: None,
             channels: Channels::ALL,
         };
-        let entries = timeline::read(ctx, &window, None, SECTION_TIMELINE, true).await?;
+        let (entries, count) = tokio::try_join!(
+            timeline::read(ctx, &window, None, SECTION_TIMELINE, true),
+            timeline::count(ctx, &window)
+        )?;
         obj.insert(
             "recentTimeline".into(),
             entries.into_iter().map(|e| e.value).collect(),
         );
+        total("recentTimeline", count);
     }
     if include.contains(&Section::Facts) {
-        let rows = fact::Entity::find()
-            .filter(fact::Column::OrganizationId.eq(org))
-            .filter(fact::Column::CustomerId.eq(&c.id))
-            .filter(fact::Column::Status.eq(FactStatus::Active))
-            .order_by(fact::Column::SourceOccurredAt, Order::Desc)
-            .order_by(fact::Column::Id, Order::Desc)
-            .limit(SECTION_FACTS)
-            .all(db)
-            .await?;
+        let facts = || {
+            fact::Entity::find()
+                .filter(fact::Column::OrganizationId.eq(org))
+                .filter(fact::Column::CustomerId.eq(&c.id))
+                .filter(fact::Column::Status.eq(FactStatus::Active))
+        };
+        let (rows, count) = tokio::try_join!(
+            facts()
+                .order_by(fact::Column::SourceOccurredAt, Order::Desc)
+                .order_by(fact::Column::Id, Order::Desc)
+                .limit(SECTION_FACTS)
+                .all(db),
+            count_capped(db, facts())
+        )?;
         obj.insert("facts".into(), rows.iter().map(records::fact).collect());
+        total("facts", count);
     }
     if include.contains(&Section::Sources) {
-        let rows = source::Entity::find()
-            .filter(source::Column::OrganizationId.eq(org))
-            .filter(source::Column::CustomerId.eq(&c.id))
-            .order_by(source::Column::OccurredAt, Order::Desc)
-            .order_by(source::Column::Id, Order::Desc)
-            .limit(SECTION_SOURCES)
-            .all(db)
-            .await?;
+        let sources = || {
+            source::Entity::find()
+                .filter(source::Column::OrganizationId.eq(org))
+                .filter(source::Column::CustomerId.eq(&c.id))
+        };
+        let (rows, count) = tokio::try_join!(
+            sources()
+                .order_by(source::Column::OccurredAt, Order::Desc)
+                .order_by(source::Column::Id, Order::Desc)
+                .limit(SECTION_SOURCES)
+                .all(db),
+            count_capped(db, sources())
+        )?;
         obj.insert(
             "sources".into(),
             rows.iter().map(records::source_item).collect(),
         );
+        total("sources", count);
+    }
+    if !include.is_empty() {
+        obj.insert("includeTotals".into(), Value::Object(totals));
+        obj.insert("includeTotalsExact".into(), Value::Object(exact));
     }
     Ok(out)
 }

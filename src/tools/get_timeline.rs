@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    common::{parse_duration, parse_timestamp, resolve_customer, Cursor, ListRequest},
+    common::{pagination, parse_duration, parse_timestamp, resolve_customer, Cursor, ListRequest},
     timeline::{self, Channels, Position, Window},
     ToolContext, ToolError, ToolResult,
 };
@@ -97,7 +97,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         channels,
     };
     let total = match &req.cursor {
-        Some(c) => c.t,
+        Some(c) => c.total(),
         None => timeline::count(ctx, &window).await?,
     };
     let start = match &req.cursor {
@@ -114,16 +114,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let has_more = entries.len() as u64 > req.limit;
     entries.truncate(req.limit as usize);
     let next_cursor = match entries.last() {
-        Some(last) if has_more => Cursor {
-            k: last.key(),
-            t: total,
-        }
-        .encode(),
+        Some(last) if has_more => Cursor::after(last.key(), total).encode(),
         _ => String::new(),
     };
     let items: Vec<Value> = entries.into_iter().map(|e| e.value).collect();
-    Ok(json!({
-        "items": items,
-        "pagination": { "hasMore": has_more, "nextCursor": next_cursor, "total": total },
-    }))
+    Ok(json!({ "items": items, "pagination": pagination(has_more, next_cursor, total) }))
 }

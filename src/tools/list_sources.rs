@@ -1,17 +1,14 @@
 //! `svc_list_sources`: source records (calls, emails, calendar events, tickets, opportunities).
 
 use entity::source::{Column, Entity};
-use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
-};
+use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
     common::{
-        after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
-        ListRequest,
+        after_desc, check_fields, count_capped, key_time, parse_source_types, parse_timestamp,
+        resolve_customer, ListRequest,
     },
     records::{self, SOURCE_IDS, SOURCE_ITEM_FIELDS},
     ToolContext, ToolError, ToolResult,
@@ -63,7 +60,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     }
     let db = &ctx.state.db;
     let total = req
-        .total(|| Entity::find().filter(filter.clone()).count(db))
+        .total(|| count_capped(db, Entity::find().filter(filter.clone())))
         .await?;
     let mut query = Entity::find().filter(filter);
     if let Some(c) = &req.cursor {

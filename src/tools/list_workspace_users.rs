@@ -1,15 +1,12 @@
 //! `svc_list_workspace_users`: the organization's own people (CSMs, managers, owners, admins).
 
 use entity::workspace_user::{Column, Entity};
-use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
-};
+use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    common::{check_fields, contains_ci, ListRequest},
+    common::{check_fields, contains_ci, count_capped, ListRequest},
     records::{self, WORKSPACE_USER_FIELDS, WORKSPACE_USER_IDS},
     ToolContext, ToolResult,
 };
@@ -75,7 +72,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     }
     let db = &ctx.state.db;
     let total = req
-        .total(|| Entity::find().filter(filter.clone()).count(db))
+        .total(|| count_capped(db, Entity::find().filter(filter.clone())))
         .await?;
     let mut query = Entity::find().filter(filter);
     if let Some(c) = &req.cursor {

@@ -3,13 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use entity::{billing_change, event, source};
-use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, Order, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect,
-};
+use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
 use serde_json::{json, Value};
 
-use super::{common::key_time, records, ToolContext, ToolResult};
+use super::{
+    common::{count_capped, key_time, Total},
+    records, ToolContext, ToolResult,
+};
 
 /// Which channels to read.
 #[derive(Debug, Clone, Copy)]
@@ -127,28 +127,32 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
         .add(window(source::Column::OccurredAt, w))
 }
 
-/// Entries counted over the whole window.
-pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<u64> {
+/// Entries in the whole window, each channel's table counted up to the exact-count limit.
+pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     let db = &ctx.state.db;
-    let mut total = 0;
+    let mut total = Total::exact(0);
     if w.channels.product {
-        total += event::Entity::find()
-            .filter(event_filter(ctx, w))
-            .count(db)
-            .await?;
+        total =
+            total.plus(count_capped(db, event::Entity::find().filter(event_filter(ctx, w))).await?);
     }
     if w.channels.billing {
-        total += billing_change::Entity::find()
-            .filter(billing_filter(ctx, w))
-            .count(db)
-            .await?;
+        total = total.plus(
+            count_capped(
+                db,
+                billing_change::Entity::find().filter(billing_filter(ctx, w)),
+            )
+            .await?,
+        );
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
-        total += source::Entity::find()
-            .filter(source_filter(ctx, w, &types))
-            .count(db)
-            .await?;
+        total = total.plus(
+            count_capped(
+                db,
+                source::Entity::find().filter(source_filter(ctx, w, &types)),
+            )
+            .await?,
+        );
     }
     Ok(total)
 }

@@ -23,6 +23,7 @@ mod mcp;
 mod notify;
 mod ops;
 mod platform;
+mod query_plans;
 mod search_query;
 mod tools;
 mod write_load;

@@ -1,0 +1,601 @@
+//! The plans of every query the tools run, on a database large enough for the planner to care.
+//!
+//! An organization with thousands of customers and tens of thousands of users, sources and
+//! events (with tails: one customer holds a twentieth of the users, one a tenth of the sources,
+//! one an eighth of the events), another organization beside it, and planner statistics as
+//! `custintel import` and `serve` leave them. Each tool is called in-process with inputs that
+//! touch the tails; every statement it sends is captured and explained with its own values
+//! (`EXPLAIN QUERY PLAN` on SQLite, `EXPLAIN` on PostgreSQL). A plan fails the test when it
+//! - scans a large table whole (SQLite `SCAN t`, PostgreSQL `Seq Scan on t`),
+//! - sorts the matches of a page query instead of reading them in index order (SQLite `USE TEMP
+//!   B-TREE FOR ORDER BY`, PostgreSQL `Sort`), which reads every match to return a page,
+//! - or, for a question about one customer, walks an index whose search does not name the
+//!   customer (an organization-wide walk filtered row by row).
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{Duration, Utc};
+use custintel::{
+    crypto::SecretBox,
+    db::statistics,
+    state::AppState,
+    tools::{self, ToolContext},
+};
+use entity::{
+    automation, automation_run, billing_change,
+    customer::{self, BillingStatus},
+    event,
+    fact::{self, FactStatus},
+    source, user,
+};
+use sea_orm::{
+    ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, Set, Statement,
+};
+use serde_json::{json, Value};
+
+use crate::helpers::{fresh_db, org_in, Backend};
+
+const CUSTOMERS: usize = 4_000;
+const USERS: usize = 40_000;
+const SOURCES: usize = 10_000;
+const FACTS: usize = 3_000;
+const EVENTS: usize = 40_000;
+const RUNS: usize = 5_000;
+/// The tail customers: the most users, the most sources, the most events.
+const TAIL_USERS: usize = 0;
+const TAIL_SOURCES: usize = 1;
+const TAIL_EVENTS: usize = 2;
+
+/// Tables large enough that scanning one whole, or walking an organization's part of one for a
+/// question about one customer, costs more than the call's target at a real book's size.
+const LARGE: [&str; 8] = [
+    "customers",
+    "users",
+    "sources",
+    "facts",
+    "events",
+    "billing_changes",
+    "automation_runs",
+    "change_log",
+];
+/// Tables whose rows belong to a customer.
+const PER_CUSTOMER: [&str; 5] = ["users", "sources", "facts", "events", "billing_changes"];
+
+fn domain(c: usize) -> String {
+    format!("company-{c}.example.com")
+}
+
+async fn insert<A: ActiveModelTrait + Send>(db: &DatabaseConnection, rows: Vec<A>) {
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<A> = rows.by_ref().take(500).collect();
+        A::Entity::insert_many(chunk)
+            .exec_without_returning(db)
+            .await
+            .expect("seed insert");
+    }
+}
+
+/// A customer index drawn with a heavy tail (past the three tail customers).
+fn skewed(i: usize, n: usize) -> usize {
+    let r = ((i * 7_919) % 10_007) as f64 / 10_007.0;
+    3 + ((n - 3) as f64 * r * r) as usize
+}
+
+/// Seeds one organization; answers its customers' ids and an automation id.
+async fn seed(db: &DatabaseConnection, org: &str, customers: usize) -> (Vec<String>, String) {
+    let now = Utc::now();
+    let scale = |n: usize| n * customers / CUSTOMERS;
+    let ids: Vec<String> = (0..customers)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let statuses = BillingStatus::ALL;
+    insert(
+        db,
+        ids.iter()
+            .enumerate()
+            .map(|(c, id)| customer::ActiveModel {
+                id: Set(id.clone()),
+                organization_id: Set(org.into()),
+                name: Set(format!("Company {c}")),
+                domain: Set(Some(domain(c))),
+                external_id: Set(Some(format!("cus_{c}"))),
+                billing_status: Set(statuses[c % statuses.len()]),
+                mrr_cents: Set((c as i64 * 37) % 500_000),
+                traits: Set(json!({"plan": ["free", "pro", "enterprise"][c % 3]})),
+                last_activity_at: Set((c % 7 != 0).then(|| now - Duration::minutes(c as i64))),
+                created_at: Set(now - Duration::days(100)),
+                updated_at: Set(now),
+            })
+            .collect(),
+    )
+    .await;
+    let users = scale(USERS);
+    insert(
+        db,
+        (0..users)
+            .map(|u| {
+                let c = if u < users / 20 {
+                    TAIL_USERS
+                } else {
+                    skewed(u, customers)
+                };
+                user::ActiveModel {
+                    id: Set(uuid::Uuid::new_v4().to_string()),
+                    organization_id: Set(org.into()),
+                    customer_id: Set(Some(ids[c].clone())),
+                    email: Set(Some(format!("user{u}@{}", domain(c)))),
+                    external_id: Set(Some(format!("u_{u}"))),
+                    name: Set(Some(format!("User {u}"))),
+                    stage: Set([
+                        "discovered",
+                        "signed_up",
+                        "activated",
+                        "engaged",
+                        "inactive",
+                    ][u % 5]
+                        .into()),
+                    traits: Set(json!({"role": ["admin", "member"][u % 2]})),
+                    last_activity_at: Set((u % 5 != 0).then(|| now - Duration::minutes(u as i64))),
+                    created_at: Set(now - Duration::days(50)),
+                    updated_at: Set(now),
+                }
+            })
+            .collect(),
+    )
+    .await;
+    let sources = scale(SOURCES);
+    let types = [
+        "CALL",
+        "EMAIL",
+        "CALENDAR_EVENT",
+        "SUPPORT_TICKET",
+        "OPPORTUNITY",
+    ];
+    insert(
+        db,
+        (0..sources)
+            .map(|i| {
+                let c = if i < sources / 10 {
+                    TAIL_SOURCES
+                } else {
+                    skewed(i, customers)
+                };
+                source::ActiveModel {
+                    id: Set(uuid::Uuid::new_v4().to_string()),
+                    organization_id: Set(org.into()),
+                    source_type: Set(types[i % 5].into()),
+                    source_id: Set(format!("src_{i}")),
+                    customer_id: Set(Some(ids[c].clone())),
+                    title: Set(format!("Source {i}")),
+                    body: Set("renewal pricing seats".into()),
+                    occurred_at: Set(now - Duration::minutes(i as i64 * 3)),
+                    permalink: Set(None),
+                    participants: Set(json!([])),
+                    change_seq: Set(i as i64 + 1),
+                    created_at: Set(now),
+                    updated_at: Set(now),
+                }
+            })
+            .collect(),
+    )
+    .await;
+    insert(
+        db,
+        (0..scale(FACTS))
+            .map(|f| {
+                let i = (f * 3) % sources;
+                let c = if i < sources / 10 {
+                    TAIL_SOURCES
+                } else {
+                    skewed(i, customers)
+                };
+                fact::ActiveModel {
+                    id: Set(uuid::Uuid::new_v4().to_string()),
+                    organization_id: Set(org.into()),
+                    customer_id: Set(ids[c].clone()),
+                    text: Set(format!("Fact {f}")),
+                    status: Set(if f % 4 == 0 {
+                        FactStatus::Superseded
+                    } else {
+                        FactStatus::Active
+                    }),
+                    source_type: Set(types[i % 5].into()),
+                    source_id: Set(format!("src_{i}")),
+                    source_occurred_at: Set(now - Duration::minutes(i as i64 * 3)),
+                    source_quote: Set("quote".into()),
+                    permalink: Set(None),
+                    change_seq: Set((sources + f) as i64 + 1),
+                    created_at: Set(now),
+                    updated_at: Set(now),
+                }
+            })
+            .collect(),
+    )
+    .await;
+    let events = scale(EVENTS);
+    insert(
+        db,
+        (0..events)
+            .map(|i| {
+                let c = if i < events / 8 {
+                    TAIL_EVENTS
+                } else {
+                    skewed(i, customers)
+                };
+                event::ActiveModel {
+                    id: Set(uuid::Uuid::new_v4().to_string()),
+                    organization_id: Set(org.into()),
+                    message_id: Set(Some(uuid::Uuid::new_v4().to_string())),
+                    event_type: Set(["pageview", "custom", "identify", "billing"][i % 4].into()),
+                    event_name: Set((i % 4 == 1).then(|| "export".to_string())),
+                    visitor_id: Set(None),
+                    user_id: Set(None),
+                    customer_id: Set(Some(ids[c].clone())),
+                    url: Set("https://app.example.com/".into()),
+                    path: Set("/".into()),
+                    occurred_at: Set(now - Duration::seconds(i as i64 * 60)),
+                    received_at: Set(now),
+                    data: Set(json!({})),
+                }
+            })
+            .collect(),
+    )
+    .await;
+    insert(
+        db,
+        ids.iter()
+            .enumerate()
+            .flat_map(|(c, id)| {
+                let n = if c == TAIL_USERS { 300 } else { 1 };
+                (0..n).map(move |k| billing_change::ActiveModel {
+                    id: Set(uuid::Uuid::new_v4().to_string()),
+                    organization_id: Set(org.into()),
+                    customer_id: Set(id.clone()),
+                    at: Set(now - Duration::days(k)),
+                    billing_status: Set(BillingStatus::Paying),
+                    mrr_cents: Set(k * 100),
+                    origin: Set("import".into()),
+                })
+            })
+            .collect(),
+    )
+    .await;
+    let automation_id = uuid::Uuid::new_v4().to_string();
+    automation::ActiveModel {
+        id: Set(automation_id.clone()),
+        organization_id: Set(org.into()),
+        key: Set("runs".into()),
+        managed_by: Set("UI".into()),
+        name: Set("Runs".into()),
+        description: Set(None),
+        enabled: Set(false),
+        trigger_type: Set("SIGNAL_OCCURRENCE".into()),
+        trigger_json: Set(json!({})),
+        audience_filter_json: Set(json!({})),
+        agent_id: Set(None),
+        match_mode: Set("ANY".into()),
+        schema_version: Set("1".into()),
+        config_hash: Set(None),
+        archived_at: Set(None),
+        last_run_at: Set(None),
+        last_run_status: Set(None),
+        next_run_at: Set(None),
+        enabled_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    }
+    .insert(db)
+    .await
+    .expect("automation");
+    insert(
+        db,
+        (0..scale(RUNS))
+            .map(|i| automation_run::ActiveModel {
+                id: Set(uuid::Uuid::new_v4().to_string()),
+                organization_id: Set(org.into()),
+                automation_id: Set(automation_id.clone()),
+                dedupe_key: Set(format!("run:{i}")),
+                status: Set(automation_run::AutomationRunStatus::Delivered),
+                triggered_at: Set(now - Duration::seconds(i as i64)),
+                started_at: Set(None),
+                finished_at: Set(None),
+                config_hash: Set(None),
+                subject: Set(None),
+                digest_since: Set(None),
+                skip_reason: Set(None),
+                title: Set(None),
+                message: Set(None),
+                warnings: Set(json!([])),
+                events: Set(json!([])),
+                signals: Set(json!([])),
+                processor_attempts: Set(0),
+                lease_until: Set(None),
+                updated_at: Set(now),
+            })
+            .collect(),
+    )
+    .await;
+    (ids, automation_id)
+}
+
+/// The plan of one statement, one line per node.
+async fn explain(db: &DatabaseConnection, statement: &Statement) -> Vec<String> {
+    let backend = db.get_database_backend();
+    let (prefix, column) = match backend {
+        DbBackend::Postgres => ("EXPLAIN ", "QUERY PLAN"),
+        _ => ("EXPLAIN QUERY PLAN ", "detail"),
+    };
+    let explained = Statement {
+        sql: format!("{prefix}{}", statement.sql),
+        values: statement.values.clone(),
+        db_backend: backend,
+    };
+    db.query_all_raw(explained)
+        .await
+        .unwrap_or_else(|e| panic!("explain {}: {e}", statement.sql))
+        .iter()
+        .map(|row| row.try_get::<String>("", column).expect("plan line"))
+        .collect()
+}
+
+/// What is wrong with a plan, if anything.
+fn faults(backend: DbBackend, sql: &str, plan: &[String], per_customer: bool) -> Vec<String> {
+    let mut faults = Vec::new();
+    let paged = sql.contains("LIMIT") && !sql.contains("COUNT(*)");
+    for line in plan {
+        let text = line.trim();
+        for table in LARGE {
+            let quoted = format!("\"{table}\"");
+            let whole = match backend {
+                DbBackend::Postgres => text.contains(&format!("Seq Scan on {table}")),
+                _ => {
+                    text.starts_with(&format!("SCAN {table}"))
+                        || text.starts_with(&format!("SCAN {quoted}"))
+                }
+            };
+            if whole {
+                faults.push(format!("reads all of {table}: {text}"));
+            }
+        }
+        let sorts = match backend {
+            DbBackend::Postgres => text.contains("Sort") && !text.contains("Sort Key"),
+            _ => text.contains("USE TEMP B-TREE FOR ORDER BY"),
+        };
+        if paged && sorts {
+            faults.push(format!("sorts every match for a page: {text}"));
+        }
+    }
+    if per_customer {
+        for table in PER_CUSTOMER {
+            if !sql.contains(&format!("FROM \"{table}\"")) || !sql.contains("\"customer_id\" =") {
+                continue;
+            }
+            let searches: Vec<&String> = plan
+                .iter()
+                .filter(|l| match backend {
+                    DbBackend::Postgres => l.contains("Index Cond"),
+                    _ => l.contains(&format!("SEARCH {table} ")),
+                })
+                .collect();
+            if searches.iter().all(|l| !l.contains("customer_id")) {
+                faults.push(format!(
+                    "walks {table} without searching by customer: {searches:?}"
+                ));
+            }
+        }
+    }
+    faults
+}
+
+/// One tool call of the test: a label, the tool, its input and whether it asks about one
+/// customer.
+struct Call(&'static str, &'static str, Value, bool);
+
+fn calls(automation_id: &str) -> Vec<Call> {
+    let every = json!(["users", "revenue", "recentTimeline", "facts", "sources"]);
+    let mut calls = vec![
+        Call(
+            "get_customer, every include, users tail",
+            "svc_get_customer",
+            json!({"customer": domain(TAIL_USERS), "include": every}),
+            true,
+        ),
+        Call(
+            "get_customer, every include, sources tail",
+            "svc_get_customer",
+            json!({"customer": domain(TAIL_SOURCES), "include": every}),
+            true,
+        ),
+        Call(
+            "get_customer, every include, events tail",
+            "svc_get_customer",
+            json!({"customer": domain(TAIL_EVENTS), "include": every}),
+            true,
+        ),
+        Call(
+            "get_customer by externalId",
+            "svc_get_customer",
+            json!({"customer": "cus_17"}),
+            true,
+        ),
+        Call(
+            "list_users customer",
+            "svc_list_users",
+            json!({"customer": domain(TAIL_USERS)}),
+            true,
+        ),
+        Call(
+            "list_users stage",
+            "svc_list_users",
+            json!({"stage": "engaged"}),
+            false,
+        ),
+        Call(
+            "list_users email",
+            "svc_list_users",
+            json!({"email": "USER9@company-9.example.com"}),
+            false,
+        ),
+        Call(
+            "list_users activeWithin",
+            "svc_list_users",
+            json!({"activeWithin": "1d"}),
+            false,
+        ),
+        Call(
+            "list_customers billingStatus",
+            "svc_list_customers",
+            json!({"billingStatus": "PAYING"}),
+            false,
+        ),
+        Call(
+            "list_customers minMrrCents",
+            "svc_list_customers",
+            json!({"minMrrCents": 400000}),
+            false,
+        ),
+        Call(
+            "list_customers MRR range",
+            "svc_list_customers",
+            json!({"minMrrCents": 100000, "maxMrrCents": 110000}),
+            false,
+        ),
+        Call(
+            "list_customers activeWithin",
+            "svc_list_customers",
+            json!({"activeWithin": "1d"}),
+            false,
+        ),
+        Call(
+            "list_customers inactiveFor",
+            "svc_list_customers",
+            json!({"inactiveFor": "2d"}),
+            false,
+        ),
+        Call(
+            "list_customers PAYING+minMrrCents",
+            "svc_list_customers",
+            json!({"billingStatus": "PAYING", "minMrrCents": 400000}),
+            false,
+        ),
+        Call(
+            "list_facts customer",
+            "svc_list_facts",
+            json!({"customer": domain(TAIL_SOURCES)}),
+            true,
+        ),
+        Call(
+            "list_facts sourceTypes",
+            "svc_list_facts",
+            json!({"sourceTypes": ["CALL"]}),
+            false,
+        ),
+        Call(
+            "list_sources customer",
+            "svc_list_sources",
+            json!({"customer": domain(TAIL_SOURCES)}),
+            true,
+        ),
+        Call(
+            "list_sources sourceTypes",
+            "svc_list_sources",
+            json!({"sourceTypes": ["EMAIL"]}),
+            false,
+        ),
+        Call(
+            "get_source",
+            "svc_get_source",
+            json!({"sourceType": "CALL", "sourceId": "src_5"}),
+            false,
+        ),
+    ];
+    for channel in ["product", "billing", "support", "conversation"] {
+        calls.push(Call(
+            "get_timeline",
+            "svc_get_timeline",
+            json!({"customer": domain(TAIL_EVENTS), "timeframe": "30d", "channels": [channel]}),
+            true,
+        ));
+    }
+    calls.push(Call(
+        "get_timeline all channels",
+        "svc_get_timeline",
+        json!({"customer": domain(TAIL_EVENTS), "timeframe": "30d"}),
+        true,
+    ));
+    let _ = automation_id;
+    calls
+}
+
+async fn plans_use_indexes(backend: Backend) {
+    let Some((db, _tmp)) = fresh_db(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let org = org_in(&db, "Large").await;
+    let other = org_in(&db, "Beside").await;
+    let (_, automation_id) = seed(&db, &org.organization_id, CUSTOMERS).await;
+    seed(&db, &other.organization_id, CUSTOMERS / 8).await;
+    statistics::analyze_tables(&db, &LARGE)
+        .await
+        .expect("analyze");
+
+    let captured: Arc<Mutex<Vec<Statement>>> = Arc::default();
+    let mut watched = db.clone();
+    let sink = captured.clone();
+    watched.set_metric_callback(move |info| {
+        sink.lock().expect("captured").push(info.statement.clone());
+    });
+    let ctx = ToolContext {
+        state: AppState {
+            db: watched.clone(),
+            secrets: SecretBox::from_key(&[7u8; 32]),
+            public_url: "http://127.0.0.1".into(),
+            integrations: Default::default(),
+            search: custintel::search::SearchIndex::new(watched).expect("search"),
+            agents: Default::default(),
+        },
+        organization_id: org.organization_id.clone(),
+    };
+    let backend = db.get_database_backend();
+    let mut failures = Vec::new();
+    let mut explained = 0;
+    for Call(label, tool, input, per_customer) in calls(&automation_id) {
+        captured.lock().expect("captured").clear();
+        tools::call(ctx.clone(), tool, Some(input.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {e:?}"));
+        let statements: Vec<Statement> = std::mem::take(&mut *captured.lock().expect("captured"));
+        for statement in statements {
+            let sql = statement.sql.trim_start();
+            if !sql.starts_with("SELECT")
+                || !LARGE.iter().any(|t| sql.contains(&format!("\"{t}\"")))
+            {
+                continue;
+            }
+            let plan = explain(&db, &statement).await;
+            explained += 1;
+            for fault in faults(backend, sql, &plan, per_customer) {
+                failures.push(format!("{label}: {fault}\n  sql: {sql}\n  plan: {plan:#?}"));
+            }
+        }
+    }
+    assert!(explained > 40, "only {explained} statements were explained");
+    assert!(
+        failures.is_empty(),
+        "{} plans fail:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_queries_use_indexes_on_sqlite() {
+    plans_use_indexes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_queries_use_indexes_on_postgres() {
+    plans_use_indexes(Backend::Postgres).await;
+}
