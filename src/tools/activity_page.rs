@@ -18,7 +18,7 @@ use sea_orm::{
 };
 
 use super::{
-    common::{after_desc_nullable, count_capped, ListRequest, Total},
+    common::{after_desc_nullable, count_capped, count_examined, ListRequest, Total},
     record_counts::{self, KeptTotal},
     ToolContext, ToolResult,
 };
@@ -40,11 +40,16 @@ impl ActivityRange {
 }
 
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
-/// `kept` names the trigger-kept total to use when the list has no other filter.
+/// `filter` holds the conditions an index serves, `residual` those checked row by row (trait
+/// values, name substrings), whose total counts only the first rows `filter` selects
+/// ([`count_examined`]). `kept` names the trigger-kept total to use when the list has no other
+/// filter.
+#[allow(clippy::too_many_arguments)]
 pub async fn activity_page<E>(
     ctx: &ToolContext,
     req: &ListRequest,
     filter: Condition,
+    residual: Option<Condition>,
     range: ActivityRange,
     kept: Option<KeptTotal>,
     activity: E::Column,
@@ -65,15 +70,29 @@ where
     // The two ranges of a split list: `bounded` minus its never-active rows, and those.
     let active = bounded.clone().add(activity.is_not_null());
     let never = filter.clone().add(activity.is_null());
+    let with_residual = |c: &Condition| match &residual {
+        Some(r) => c.clone().add(r.clone()),
+        None => c.clone(),
+    };
+    let count = |served: Condition| {
+        let residual = residual.clone();
+        async move {
+            match residual {
+                Some(r) => count_examined::<E, _>(db, served, r, id).await,
+                None => count_capped(db, E::find().filter(served)).await,
+            }
+        }
+    };
 
     let want = req.limit + 1;
     let rows = async {
         if range.is_split() {
+            let (active, never) = (with_residual(&active), with_residual(&never));
             split_page::<E>(db, req, &active, &never, want, activity, id).await
         } else {
             // One range of the activity index (or whatever index the other filters favour):
             // one query, in which SQLite's DESC order already puts NULLs last.
-            let mut query = E::find().filter(bounded.clone());
+            let mut query = E::find().filter(with_residual(&bounded));
             if let Some(c) = &req.cursor {
                 query = query.filter(after_desc_nullable(activity, id, c.time(0)?, &c.text(1)?));
             }
@@ -96,13 +115,10 @@ where
         }
         if range.is_split() {
             // Two ranges of the activity index, counted at once.
-            let (a, n) = tokio::try_join!(
-                count_capped(db, E::find().filter(active.clone())),
-                count_capped(db, E::find().filter(never.clone()))
-            )?;
+            let (a, n) = tokio::try_join!(count(active.clone()), count(never.clone()))?;
             Ok(a.plus(n))
         } else {
-            count_capped(db, E::find().filter(bounded.clone())).await
+            count(bounded.clone()).await
         }
     };
     let (rows, total): (ToolResult<Vec<E::Model>>, Result<Total, DbErr>) =
@@ -147,9 +163,11 @@ where
     };
     let mut rows = match active_from {
         Some(cond) => {
+            // `NULLS LAST` although no row here is null: PostgreSQL then reads the activity
+            // index in its own order instead of sorting.
             E::find()
                 .filter(cond)
-                .order_by(activity, Order::Desc)
+                .order_by_with_nulls(activity, Order::Desc, NullOrdering::Last)
                 .order_by(id, Order::Desc)
                 .limit(want)
                 .all(db)

@@ -34,31 +34,21 @@ pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResu
     let now = Utc::now();
     let cycle = cycle_of(now);
     let backend = db.get_database_backend();
-    db.execute_raw(Statement::from_sql_and_values(
-        backend,
-        "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 0) \
-         ON CONFLICT (organization_id, cycle) DO NOTHING",
-        [organization_id.into(), cycle.clone().into()],
-    ))
-    .await?;
-    let counted = match org.api_call_limit {
-        Some(limit) => db
-            .execute_raw(Statement::from_sql_and_values(
-                backend,
-                "UPDATE api_usage SET calls = calls + 1 \
-                 WHERE organization_id = $1 AND cycle = $2 AND calls < $3",
-                [organization_id.into(), cycle.into(), limit.into()],
-            ))
-            .await?
-            .rows_affected(),
-        None => db
-            .execute_raw(Statement::from_sql_and_values(
-                backend,
-                "UPDATE api_usage SET calls = calls + 1 WHERE organization_id = $1 AND cycle = $2",
-                [organization_id.into(), cycle.into()],
-            ))
-            .await?
-            .rows_affected(),
+    // One statement, one write: the cycle's row is made by the first call of the cycle and
+    // incremented by the others, only while under the limit.
+    let limit = org.api_call_limit.unwrap_or(i64::MAX);
+    let counted = if limit < 1 {
+        0
+    } else {
+        db.execute_raw(Statement::from_sql_and_values(
+            backend,
+            "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 1) \
+             ON CONFLICT (organization_id, cycle) DO UPDATE SET calls = api_usage.calls + 1 \
+             WHERE api_usage.calls < $3",
+            [organization_id.into(), cycle.into(), limit.into()],
+        ))
+        .await?
+        .rows_affected()
     };
     if counted == 1 {
         Ok(())

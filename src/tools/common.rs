@@ -197,11 +197,67 @@ where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
+    Ok(Total::capped(
+        count_up_to(db, select, EXACT_TOTAL_LIMIT + 1).await?,
+    ))
+}
+
+/// Rows a count examines at most when part of its filter is one no index serves (trait values,
+/// a name substring): each such row is read and its filter evaluated, so the count's cost is
+/// bounded by this instead of by the table.
+pub const EXAMINED_FOR_TOTAL: u64 = 5_000;
+
+/// The total of a list filtered by `served` (conditions an index answers) and `residual`
+/// (conditions checked row by row): the matches among the first [`EXAMINED_FOR_TOTAL`] rows
+/// `served` selects, exact when those are all of them.
+pub async fn count_examined<E, C>(
+    db: &C,
+    served: sea_orm::Condition,
+    residual: sea_orm::Condition,
+    id: E::Column,
+) -> Result<Total, sea_orm::DbErr>
+where
+    E: EntityTrait,
+    C: sea_orm::ConnectionTrait,
+{
+    use sea_orm::{QuerySelect, QueryTrait};
+    let examined = E::find()
+        .select_only()
+        .column(id)
+        .filter(served.clone())
+        .limit(EXAMINED_FOR_TOTAL)
+        .into_query();
+    let (matches, candidates) = tokio::try_join!(
+        count_capped(
+            db,
+            E::find()
+                .filter(served.clone())
+                .filter(residual)
+                .filter(id.in_subquery(examined))
+        ),
+        count_up_to(db, E::find().filter(served), EXAMINED_FOR_TOTAL)
+    )?;
+    Ok(Total {
+        count: matches.count,
+        exact: matches.exact && candidates < EXAMINED_FOR_TOTAL,
+    })
+}
+
+/// Counts the rows `select` matches, stopping at `cap`.
+async fn count_up_to<E, C>(
+    db: &C,
+    select: sea_orm::Select<E>,
+    cap: u64,
+) -> Result<u64, sea_orm::DbErr>
+where
+    E: EntityTrait,
+    C: sea_orm::ConnectionTrait,
+{
     use sea_orm::{sea_query::Alias, QuerySelect, QueryTrait};
     let matches = select
         .select_only()
         .expr(Expr::val(1))
-        .limit(EXACT_TOTAL_LIMIT + 1)
+        .limit(cap)
         .into_query();
     let count = sea_orm::sea_query::Query::select()
         .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
@@ -212,7 +268,7 @@ where
         Some(row) => row.try_get("", "n")?,
         None => 0,
     };
-    Ok(Total::capped(u64::try_from(n).unwrap_or(0)))
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// The position after the last item of a page: the sort key of that item, plus the number of

@@ -77,11 +77,13 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(max) = input.max_mrr_cents {
         filter = filter.add(Column::MrrCents.lte(max));
     }
+    // Trait values and name substrings are checked row by row (no index holds them).
+    let mut residual = Condition::all();
     for cond in trait_filters(ctx, "customers", &input.traits)? {
-        filter = filter.add(cond);
+        residual = residual.add(cond);
     }
     if let Some(name) = &input.name {
-        filter = filter.add(contains_ci(Column::Name, name));
+        residual = residual.add(contains_ci(Column::Name, name));
         if let Some(candidates) = name_index_candidates(ctx, name) {
             filter = filter.add(candidates);
         }
@@ -101,6 +103,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         ctx,
         &req,
         filter,
+        (!residual.is_empty()).then_some(residual),
         range,
         kept,
         Column::LastActivityAt,

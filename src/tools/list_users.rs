@@ -96,15 +96,17 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let found = resolve_customer(ctx, customer).await?;
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
+    // Trait values and name substrings are checked row by row (no index holds them).
+    let mut residual = Condition::all();
     for cond in trait_filters(ctx, "users", &input.traits)? {
-        filter = filter.add(cond);
+        residual = residual.add(cond);
     }
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
     if let Some(name) = &input.name {
-        filter = filter.add(contains_ci(Column::Name, name));
+        residual = residual.add(contains_ci(Column::Name, name));
     }
     // Filtered by nothing but the counted column: the total is kept, not counted.
     let only_counted = input.active_within.is_none()
@@ -121,6 +123,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         ctx,
         &req,
         filter,
+        (!residual.is_empty()).then_some(residual),
         range,
         kept,
         Column::LastActivityAt,

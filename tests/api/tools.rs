@@ -577,6 +577,182 @@ db_test!(get_customer, |app: TestApp| async move {
     assert_eq!(r.body["details"][0]["path"], json!(["timeframe"]));
 });
 
+// Each section of a customer holds at most its bound and says how many there are in all; a
+// list whose filter matches more than 10,000 rows says its total is a lower bound.
+db_test!(
+    sections_are_bounded_and_totals_capped,
+    |app: TestApp| async move {
+        let org = app.org("Big Book").await;
+        let other = app.org("Beside").await;
+        let mut lines = vec![
+            json!({"kind": "customer", "name": "Whale", "domain": "whale.com",
+        "billingStatus": "PAYING", "mrrCents": 100, "traits": {"tier": "gold"}})
+            .to_string(),
+        ];
+        for u in 0..130 {
+            lines.push(
+                json!({"kind": "user", "customer": "whale.com",
+            "email": format!("u{u}@whale.com"), "lastActivityAt": ago(u % 40)})
+                .to_string(),
+            );
+        }
+        for c in 0..10_050 {
+            lines.push(
+                json!({"kind": "customer", "domain": format!("c{c}.example.com"),
+            "billingStatus": "PAYING", "mrrCents": 1000 + c, "traits": {"tier": "gold"},
+            "lastActivityAt": ago(c % 20)})
+                .to_string(),
+            );
+        }
+        let report = import::import_text(&app.db, &org.organization_id, &lines.join("\n"))
+            .await
+            .expect("import");
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        seed(&app, &other.organization_id).await;
+        let whale = entity::customer::Entity::find()
+            .filter(entity::customer::Column::Domain.eq("whale.com"))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("whale");
+        let now = Utc::now();
+        for d in 0..120 {
+            entity::billing_change::ActiveModel {
+                id: Set(uuid::Uuid::new_v4().to_string()),
+                organization_id: Set(org.organization_id.clone()),
+                customer_id: Set(whale.id.clone()),
+                at: Set(now - Duration::days(200 - d)),
+                billing_status: Set(BillingStatus::Paying),
+                mrr_cents: Set(d),
+                origin: Set("ingest".into()),
+            }
+            .insert(&app.db)
+            .await
+            .unwrap();
+        }
+        let k = &org.api_key;
+        let r = tool(
+            &app,
+            k,
+            "svc_get_customer",
+            json!({"customer": "whale.com", "include": ["users", "revenue", "facts"]}),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body["users"].as_array().unwrap().len(), 100);
+        let history = r.body["revenue"]["history"].as_array().unwrap();
+        assert_eq!(history.len(), 100);
+        assert_eq!(
+            history[0]["mrrCents"], 20,
+            "the latest 100 changes, oldest first"
+        );
+        assert_eq!(history[99]["mrrCents"], 119);
+        assert_eq!(
+            r.body["includeTotals"],
+            json!({"users": 130, "revenue": 120, "facts": 0})
+        );
+        assert_eq!(
+            r.body["includeTotalsExact"],
+            json!({"users": true, "revenue": true, "facts": true})
+        );
+        let actives: Vec<&str> = r.body["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["lastActivityAt"].as_str().unwrap())
+            .collect();
+        let mut sorted = actives.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!(actives, sorted, "most recently active first");
+        let plain = tool(
+            &app,
+            k,
+            "svc_get_customer",
+            json!({"customer": "whale.com"}),
+        )
+        .await;
+        assert!(plain.body.get("includeTotals").is_none());
+
+        // 10,051 PAYING customers: the kept count is exact; a filter that counts stops at 10,000.
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"billingStatus": "PAYING"}),
+        )
+        .await;
+        assert_eq!(r.body["pagination"]["total"], 10_051);
+        assert_eq!(r.body["pagination"]["totalExact"], true);
+        let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 1})).await;
+        assert_eq!(
+            r.body["pagination"]["total"], 10_000,
+            "{}",
+            r.body["pagination"]
+        );
+        assert_eq!(r.body["pagination"]["totalExact"], false);
+        let next = r.body["pagination"]["nextCursor"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"minMrrCents": 1, "cursor": next}),
+        )
+        .await;
+        assert_eq!(
+            r.body["pagination"]["totalExact"], false,
+            "the first page's total travels on"
+        );
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"minMrrCents": 11_000}),
+        )
+        .await;
+        assert_eq!(r.body["pagination"]["total"], 50);
+        assert_eq!(r.body["pagination"]["totalExact"], true);
+        // A trait filter is checked row by row: its total counts the first 5,000 candidates.
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"traits": {"tier": "gold"}}),
+        )
+        .await;
+        assert_eq!(
+            r.body["pagination"]["total"], 5_000,
+            "{}",
+            r.body["pagination"]
+        );
+        assert_eq!(r.body["pagination"]["totalExact"], false);
+        assert_eq!(r.body["items"].as_array().unwrap().len(), 50);
+        let r = tool(
+            &app,
+            k,
+            "svc_list_users",
+            json!({"customer": "whale.com", "limit": 1}),
+        )
+        .await;
+        assert_eq!(
+            r.body["pagination"],
+            json!({"hasMore": true,
+        "nextCursor": r.body["pagination"]["nextCursor"], "total": 130, "totalExact": true})
+        );
+        // The other organization's book counts nothing here.
+        let r = tool(
+            &app,
+            &other.api_key,
+            "svc_list_customers",
+            json!({"minMrrCents": 1}),
+        )
+        .await;
+        assert_eq!(r.body["pagination"]["total"], 2);
+    }
+);
+
 db_test!(get_timeline, |app: TestApp| async move {
     let org = app.org("Timeline Inc").await;
     seed(&app, &org.organization_id).await;
