@@ -36,8 +36,7 @@ pub const SECTION_REVENUE_HISTORY: u64 = 100;
 pub enum Section {
     /// The customer's users, most recently active first (at most 100).
     Users,
-    /// Current MRR and billing status with the latest billing changes (at most 100), oldest
-    /// first.
+    /// Current MRR and billing status with the latest 100 billing changes, oldest first.
     Revenue,
     /// The latest timeline entries within `timeframe` (at most 50), oldest first.
     RecentTimeline,
