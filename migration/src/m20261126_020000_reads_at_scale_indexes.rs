@@ -13,12 +13,16 @@
 //!   customer with 100,000 events then reads index entries only instead of every event's row.
 //!   Still the one index of the events table besides the `messageId` one, as ingest wants.
 //!
+//! The per-customer time indexes (sources, facts, billing history) now end with `id`, the
+//! lists' tie-break: they then give the whole order, as the organization-wide time indexes do,
+//! and a planner whose statistics are approximate (SQLite's `PRAGMA optimize` samples) no longer
+//! prefers walking the organization's index in order over searching the customer's and
+//! sorting; PostgreSQL without it sorts every match of a page.
+//!
 //! PostgreSQL reads an index backwards only in the reverse of its own order, nulls included:
 //! `last_activity_at DESC NULLS LAST` (most recently active first, never active last) needs an
-//! index in that order, and a tie-break on `id` needs `id` in the index, or it sorts every
-//! match of a page. So on PostgreSQL the activity indexes are made in the lists' order and the
-//! per-customer time indexes end with `id`. SQLite walks its indexes either way and orders ties
-//! by the last part of the order alone, so its indexes stay as they were.
+//! index in that order. So on PostgreSQL the activity indexes are remade in the lists' order;
+//! SQLite (nulls first ascending, so last descending) keeps them.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
@@ -116,25 +120,25 @@ const DROPPED: [Spec; 10] = [
     (
         "ix_sources_organization_id_customer_id_occurred_at",
         "sources",
-        None,
+        Some("organization_id, customer_id, occurred_at"),
         Some("organization_id, customer_id, occurred_at"),
     ),
     (
         "ix_facts_organization_id_customer_id_source_occurred_at",
         "facts",
-        None,
+        Some("organization_id, customer_id, source_occurred_at"),
         Some("organization_id, customer_id, source_occurred_at"),
     ),
     (
         "ix_billing_history_organization_id_customer_id_at",
         "billing_history",
-        None,
+        Some("organization_id, customer_id, at"),
         Some("organization_id, customer_id, at"),
     ),
 ];
 
-/// PostgreSQL's remade indexes, under their old names.
-const REMADE_ON_POSTGRES: [Spec; 7] = [
+/// The remade indexes, under their old names (the activity ones on PostgreSQL only).
+const REMADE: [Spec; 7] = [
     (
         "ix_customers_org_activity_id",
         "customers",
@@ -162,19 +166,19 @@ const REMADE_ON_POSTGRES: [Spec; 7] = [
     (
         "ix_sources_organization_id_customer_id_occurred_at",
         "sources",
-        None,
+        Some("organization_id, customer_id, occurred_at, id"),
         Some("organization_id, customer_id, occurred_at, id"),
     ),
     (
         "ix_facts_organization_id_customer_id_source_occurred_at",
         "facts",
-        None,
+        Some("organization_id, customer_id, source_occurred_at, id"),
         Some("organization_id, customer_id, source_occurred_at, id"),
     ),
     (
         "ix_billing_history_organization_id_customer_id_at",
         "billing_history",
-        None,
+        Some("organization_id, customer_id, at, id"),
         Some("organization_id, customer_id, at, id"),
     ),
 ];
@@ -220,11 +224,11 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         create(manager, &CREATED).await?;
         drop(manager, &DROPPED).await?;
-        create(manager, &REMADE_ON_POSTGRES).await
+        create(manager, &REMADE).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        drop(manager, &REMADE_ON_POSTGRES).await?;
+        drop(manager, &REMADE).await?;
         create(manager, &DROPPED).await?;
         drop(manager, &CREATED).await
     }

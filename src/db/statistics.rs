@@ -5,10 +5,14 @@
 //! an organization-wide index for a per-customer question costs seconds instead of a
 //! millisecond. So every serving instance refreshes statistics at start and then every
 //! [`REFRESH_EVERY`]:
-//! - SQLite: `PRAGMA optimize` with every table checked (`0x10000`), which analyzes a table
-//!   that was never analyzed or whose size changed about 25-fold since, each ANALYZE bounded by
-//!   SQLite's own temporary `analysis_limit`, so a refresh of a large file takes milliseconds to
-//!   a few seconds and usually does nothing.
+//! - SQLite: the tables `PRAGMA optimize` names (every table checked: one never analyzed, or
+//!   whose size changed about 25-fold since) are analyzed whole, one index per statement.
+//!   Whole, because `optimize`'s own sampled analysis (its temporary `analysis_limit`) reads
+//!   the first entries of each index, which all belong to one organization: it estimated 1,085
+//!   rows per organization where one had 100,000, and with that the planner walked an
+//!   organization's index in order instead of searching one customer's rows. One index per
+//!   statement, because an ANALYZE holds the write lock while it reads: each index's hold is
+//!   short (about a second for 5 million users), and writers wait between them.
 //! - PostgreSQL: autovacuum analyzes tables as they change; a refresh adds `ANALYZE` of the
 //!   tables it has never analyzed or that changed by a fifth since (a bulk load can outrun it).
 //!
@@ -21,9 +25,9 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 /// How often a serving instance refreshes planner statistics.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(600);
 
-/// `PRAGMA optimize` mask: 0x02 analyze tables that need it, 0x10 with a temporary analysis
-/// limit, 0x10000 check every table (not only those this connection's queries used).
-const SQLITE_OPTIMIZE: &str = "PRAGMA optimize=0x10012";
+/// `PRAGMA optimize` mask: 0x01 only say which ANALYZE it would run, 0x02 for tables that need
+/// it, 0x10000 checking every table (not only those this connection's queries used).
+const SQLITE_TABLES_TO_ANALYZE: &str = "PRAGMA optimize=0x10003";
 
 /// Tables PostgreSQL analyzes now: never analyzed though they hold rows, or changed by more
 /// than a fifth of their rows since the last analysis.
@@ -37,8 +41,24 @@ const POSTGRES_STALE_TABLES: &str = "SELECT relname::text AS name FROM pg_stat_u
 pub async fn refresh(db: &DatabaseConnection) -> Result<Vec<String>, DbErr> {
     match db.get_database_backend() {
         DbBackend::Sqlite => {
-            db.execute_unprepared(SQLITE_OPTIMIZE).await?;
-            Ok(Vec::new())
+            let mut tables = Vec::new();
+            for row in db
+                .query_all_raw(Statement::from_string(
+                    DbBackend::Sqlite,
+                    SQLITE_TABLES_TO_ANALYZE,
+                ))
+                .await?
+            {
+                // Rows read `ANALYZE "main"."users"`.
+                let line: String = row.try_get_by_index(0)?;
+                if let Some(target) = line.trim().strip_prefix("ANALYZE ") {
+                    let table = target.rsplit('.').next().unwrap_or(target);
+                    tables.push(table.trim().trim_matches('"').to_string());
+                }
+            }
+            let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+            analyze_tables(db, &names).await?;
+            Ok(tables)
         }
         DbBackend::Postgres => {
             let rows = db
@@ -60,20 +80,32 @@ pub async fn refresh(db: &DatabaseConnection) -> Result<Vec<String>, DbErr> {
     }
 }
 
-/// Analyzes `tables` now, whole (on SQLite within the same analysis limit `optimize` uses):
-/// for a bulk load that has just filled them.
+/// Analyzes `tables` now, whole: after a bulk load that has just filled them, or for what
+/// [`refresh`] finds stale. On SQLite one index per statement (see the module doc).
 pub async fn analyze_tables(db: &DatabaseConnection, tables: &[&str]) -> Result<(), DbErr> {
-    let sqlite = db.get_database_backend() == DbBackend::Sqlite;
+    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
     for table in tables {
-        let quoted = format!("\"{}\"", table.replace('"', "\"\""));
-        if sqlite {
-            // One connection for both statements: the limit is a connection's setting.
-            db.execute_unprepared(&format!(
-                "PRAGMA analysis_limit=1000; ANALYZE {quoted}; PRAGMA analysis_limit=0"
+        if db.get_database_backend() != DbBackend::Sqlite {
+            db.execute_unprepared(&format!("ANALYZE {}", quote(table)))
+                .await?;
+            continue;
+        }
+        let indexes = db
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Sqlite,
+                "SELECT name FROM pragma_index_list(?)",
+                [(*table).into()],
             ))
             .await?;
-        } else {
-            db.execute_unprepared(&format!("ANALYZE {quoted}")).await?;
+        if indexes.is_empty() {
+            // A table without an index: its row count is all ANALYZE records.
+            db.execute_unprepared(&format!("ANALYZE {}", quote(table)))
+                .await?;
+        }
+        for index in indexes {
+            let name: String = index.try_get("", "name")?;
+            db.execute_unprepared(&format!("ANALYZE {}", quote(&name)))
+                .await?;
         }
     }
     Ok(())

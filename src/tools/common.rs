@@ -490,6 +490,74 @@ pub fn trait_equals(
     })
 }
 
+/// A trait value carried by at most this many records is rare: a list filtered by it reads
+/// its records from the trait index (`trait_values`) instead of checking traits row by row.
+pub const RARE_TRAIT_RECORDS: u64 = 2_000;
+
+/// A trait filter value as the trait index holds it: strings of up to 200 characters and
+/// booleans (see the `trait_values` migration); `None` for values it does not hold.
+fn indexed_trait_value(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if s.chars().count() <= 200 => Some(format!("s:{s}")),
+        Value::Bool(b) => Some(format!("b:{b}")),
+        _ => None,
+    }
+}
+
+/// For a `traits` filter of `table` (`customers` or `users`): `"table"."id" IN (the records
+/// with the rarest of its values)` when that value is carried by at most
+/// [`RARE_TRAIT_RECORDS`] records, so the list reads those few; `None` when every value is
+/// common (walking the list in its order then finds a page soon) or not indexed. The trait
+/// conditions themselves still decide.
+pub async fn rare_trait_candidates(
+    ctx: &ToolContext,
+    table: &'static str,
+    traits: &Option<Map<String, Value>>,
+) -> ToolResult<Option<SimpleExpr>> {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = &ctx.state.db;
+    let backend = db.get_database_backend();
+    let mut rarest: Option<(u64, String, String)> = None;
+    for (key, value) in traits.iter().flat_map(|m| m.iter()) {
+        let Some(indexed) = indexed_trait_value(value) else {
+            continue;
+        };
+        let count = Statement::from_sql_and_values(
+            backend,
+            crate::db::placeholders(
+                backend,
+                "SELECT COUNT(*) AS n FROM (SELECT 1 FROM trait_values WHERE organization_id = ? \
+                 AND record = ? AND trait_key = ? AND trait_value = ? LIMIT ?) AS matches",
+            ),
+            [
+                ctx.organization_id.clone().into(),
+                table.into(),
+                key.clone().into(),
+                indexed.clone().into(),
+                ((RARE_TRAIT_RECORDS + 1) as i64).into(),
+            ],
+        );
+        let n: i64 = match db.query_one_raw(count).await? {
+            Some(row) => row.try_get("", "n")?,
+            None => 0,
+        };
+        let n = u64::try_from(n).unwrap_or(0);
+        if n <= RARE_TRAIT_RECORDS && rarest.as_ref().is_none_or(|(m, _, _)| n < *m) {
+            rarest = Some((n, key.clone(), indexed));
+        }
+    }
+    Ok(rarest.map(|(_, key, indexed)| {
+        let sql = format!(
+            "\"{table}\".\"id\" IN (SELECT record_id FROM trait_values WHERE organization_id = ? \
+             AND record = ? AND trait_key = ? AND trait_value = ?)"
+        );
+        Expr::cust_with_values(
+            crate::db::placeholders(backend, &sql),
+            [ctx.organization_id.clone(), table.to_string(), key, indexed],
+        )
+    }))
+}
+
 /// Conditions for a `traits` filter object.
 pub fn trait_filters(
     ctx: &ToolContext,

@@ -11,7 +11,10 @@ use serde_json::{json, Map, Value};
 
 use super::{
     activity_page::{activity_page, ActivityRange},
-    common::{check_fields, contains_ci, key_time_opt, parse_duration, trait_filters, ListRequest},
+    common::{
+        check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
+        trait_filters, ListRequest,
+    },
     record_counts::KeptTotal,
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,
@@ -81,6 +84,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let mut residual = Condition::all();
     for cond in trait_filters(ctx, "customers", &input.traits)? {
         residual = residual.add(cond);
+    }
+    if let Some(candidates) = rare_trait_candidates(ctx, "customers", &input.traits).await? {
+        filter = filter.add(candidates);
     }
     if let Some(name) = &input.name {
         residual = residual.add(contains_ci(Column::Name, name));

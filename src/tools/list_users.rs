@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange},
     common::{
-        check_fields, contains_ci, key_time_opt, parse_duration, resolve_customer, trait_filters,
-        ListRequest,
+        check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
+        resolve_customer, trait_filters, ListRequest,
     },
     record_counts::KeptTotal,
     records::{self, USER_FIELDS, USER_IDS},
@@ -100,6 +100,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let mut residual = Condition::all();
     for cond in trait_filters(ctx, "users", &input.traits)? {
         residual = residual.add(cond);
+    }
+    if let Some(candidates) = rare_trait_candidates(ctx, "users", &input.traits).await? {
+        filter = filter.add(candidates);
     }
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.

@@ -753,6 +753,120 @@ db_test!(
     }
 );
 
+// A rare trait value is read through the trait index, which triggers keep current as traits
+// change; common values, numbers and other organizations' records answer as before.
+db_test!(
+    rare_trait_values_follow_changes,
+    |app: TestApp| async move {
+        let org = app.org("Segments").await;
+        let other = app.org("Other Segments").await;
+        let book = |n: usize, strategic: &[usize]| {
+            (0..n)
+                .map(|c| {
+                    let segment = if strategic.contains(&c) {
+                        "strategic"
+                    } else {
+                        "smb"
+                    };
+                    json!({"kind": "customer", "domain": format!("s{c}.example.com"),
+                    "traits": {"segment": segment, "seats": c % 7, "beta": c == 5},
+                    "lastActivityAt": ago((c % 30) as i64)})
+                    .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for (o, strategic) in [(&org, vec![3, 50, 2_500]), (&other, vec![1, 2])] {
+            let report = import::import_text(&app.db, &o.organization_id, &book(3_000, &strategic))
+                .await
+                .expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        }
+        let k = &org.api_key;
+        let domains = |r: &Reply| {
+            let mut d = field(r, "domain");
+            d.sort();
+            d
+        };
+        let strategic = json!({"traits": {"segment": "strategic"}});
+        let r = tool(&app, k, "svc_list_customers", strategic.clone()).await;
+        assert_eq!(
+            domains(&r),
+            ["s2500.example.com", "s3.example.com", "s50.example.com"]
+        );
+        assert_eq!(r.body["pagination"]["total"], 3);
+        assert_eq!(r.body["pagination"]["totalExact"], true);
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"traits": {"beta": true}}),
+        )
+        .await;
+        assert_eq!(domains(&r), ["s5.example.com"]);
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"traits": {"segment": "strategic", "seats": 3}}),
+        )
+        .await;
+        assert_eq!(
+            domains(&r),
+            ["s3.example.com"],
+            "a number is checked row by row"
+        );
+        // Traits change: the index follows.
+        let change = json!({"kind": "customer", "domain": "s50.example.com",
+        "traits": {"segment": "smb"}})
+        .to_string()
+            + "\n"
+            + &json!({"kind": "customer", "domain": "s7.example.com",
+            "traits": {"segment": "strategic"}})
+            .to_string();
+        import::import_text(&app.db, &org.organization_id, &change)
+            .await
+            .expect("import");
+        let r = tool(&app, k, "svc_list_customers", strategic.clone()).await;
+        assert_eq!(
+            domains(&r),
+            ["s2500.example.com", "s3.example.com", "s7.example.com"]
+        );
+        let r = tool(&app, &other.api_key, "svc_list_customers", strategic).await;
+        assert_eq!(domains(&r), ["s1.example.com", "s2.example.com"]);
+        // Users too.
+        let users = (0..2_100)
+            .map(|u| {
+                json!({"kind": "user", "customer": "s1.example.com",
+            "email": format!("u{u}@s1.example.com"),
+            "traits": {"team": if u == 42 { "platform" } else { "sales" }}})
+                .to_string()
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        import::import_text(&app.db, &org.organization_id, &users)
+            .await
+            .expect("import");
+        let r = tool(
+            &app,
+            k,
+            "svc_list_users",
+            json!({"traits": {"team": "platform"}}),
+        )
+        .await;
+        assert_eq!(field(&r, "email"), ["u42@s1.example.com"]);
+        assert_eq!(r.body["pagination"]["total"], 1);
+        let r = tool(
+            &app,
+            k,
+            "svc_list_users",
+            json!({"traits": {"team": "sales"}, "limit": 5}),
+        )
+        .await;
+        assert_eq!(r.body["items"].as_array().unwrap().len(), 5);
+    }
+);
+
 db_test!(get_timeline, |app: TestApp| async move {
     let org = app.org("Timeline Inc").await;
     seed(&app, &org.organization_id).await;
