@@ -9,11 +9,14 @@
 //! The file is streamed: lines are read and parsed in chunks of [`CHUNK_LINES`] on the
 //! blocking pool while the previous chunk is written, so memory stays bounded whatever the
 //! file's size. Each chunk is one short write transaction (`BEGIN IMMEDIATE` on SQLite): one
-//! `IN (...)` look-up per key for every record the chunk refers to, the lines applied in order
-//! to those rows in memory (so a line sees what earlier lines of the file wrote, in the same
-//! chunk or before), then multi-row upserts. Between chunks a serving instance's writers get
-//! the SQLite write lock. A chunk whose write fails is rolled back and written again one line
-//! per transaction, so only the line that cannot be stored is rejected.
+//! look-up per key for every record the chunk refers to (`IN (...)` on SQLite, `= ANY` of one
+//! JSON array parameter on PostgreSQL), the lines applied in order to those rows in memory (so
+//! a line sees what earlier lines of the file wrote, in the same chunk or before), then
+//! multi-row upserts (on PostgreSQL one statement per table over `json_populate_recordset`).
+//! Between chunks a serving instance's writers get the SQLite write lock. A chunk whose write
+//! fails is rolled back and written again one line per transaction, so only the line that
+//! cannot be stored is rejected. PostgreSQL `ANALYZE`s the tables the import fills as they
+//! grow ([`Growth`]) and every table it filled at the end; SQLite `ANALYZE`s them at the end.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -254,7 +257,7 @@ pub async fn import_reader<C, R>(
     reader: R,
 ) -> Result<ImportReport, ImportError>
 where
-    C: TransactionTrait<Transaction = DatabaseTransaction>,
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
     R: BufRead + Send + 'static,
 {
     let read_next = |mut reader: R, mut line: usize| {
@@ -264,7 +267,10 @@ where
         })
     };
     let mut report = ImportReport::default();
-    let mut growth = Growth::default();
+    let mut growth = Growth {
+        enabled: db.get_database_backend() == DbBackend::Postgres,
+        ..Growth::default()
+    };
     let mut next = Some(read_next(reader, 0));
     while let Some(reading) = next.take() {
         let (reader, line, chunk) = reading.await.map_err(std::io::Error::other)?;
@@ -277,7 +283,7 @@ where
             growth.after_chunk(db, &report.imported).await?;
         }
     }
-    refresh_statistics(db, &filled_tables(&report.imported), Backends::Both).await?;
+    refresh_statistics(db, &filled_tables(&report.imported)).await?;
     Ok(report)
 }
 
@@ -294,6 +300,8 @@ const ANALYZE_AFTER_ROWS: u64 = 10_000;
 /// a handful of `ANALYZE`s of a 30,000-row sample each, however long the import.
 #[derive(Default)]
 struct Growth {
+    /// On PostgreSQL only: SQLite plans the look-ups' `IN (...)` well without statistics.
+    enabled: bool,
     /// Per table, the lines imported into it when it was last analyzed.
     analyzed_at: HashMap<&'static str, u64>,
 }
@@ -303,6 +311,9 @@ impl Growth {
     where
         C: TransactionTrait<Transaction = DatabaseTransaction>,
     {
+        if !self.enabled {
+            return Ok(());
+        }
         let mut due = Vec::new();
         for (table, n) in imported_by_table(imported) {
             let last = self.analyzed_at.get(table).copied().unwrap_or(0);
@@ -314,7 +325,7 @@ impl Growth {
         if due.is_empty() {
             return Ok(());
         }
-        refresh_statistics(db, &due, Backends::PostgresOnly).await
+        refresh_statistics(db, &due).await
     }
 }
 
@@ -350,19 +361,7 @@ fn filled_tables(imported: &ImportCounts) -> Vec<&'static str> {
 /// planned for what is now in them (DESIGN.md "Reads at scale"): `ANALYZE` of those tables on
 /// PostgreSQL (a sample of at most 30,000 rows each: well under a second at millions of rows),
 /// and on SQLite `ANALYZE` of each under an `analysis_limit` that keeps it to milliseconds.
-/// Which databases [`refresh_statistics`] runs on.
-#[derive(Clone, Copy, PartialEq)]
-enum Backends {
-    Both,
-    /// During an import: SQLite's `IN (...)` look-ups are planned well without statistics.
-    PostgresOnly,
-}
-
-async fn refresh_statistics<C>(
-    db: &C,
-    tables: &[&'static str],
-    backends: Backends,
-) -> Result<(), DbErr>
+async fn refresh_statistics<C>(db: &C, tables: &[&'static str]) -> Result<(), DbErr>
 where
     C: TransactionTrait<Transaction = DatabaseTransaction>,
 {
@@ -375,7 +374,7 @@ where
         let list: Vec<String> = tables.iter().map(|t| format!("\"{t}\"")).collect();
         txn.execute_unprepared(&format!("ANALYZE {}", list.join(", ")))
             .await?;
-    } else if backends == Backends::Both {
+    } else {
         txn.execute_unprepared(&format!("PRAGMA analysis_limit = {SQLITE_ANALYSIS_LIMIT}"))
             .await?;
         for table in tables {
@@ -835,10 +834,12 @@ async fn find_in<E: EntityTrait>(
     Ok(found)
 }
 
-/// PostgreSQL: `SELECT {select} FROM E WHERE scope... AND column = ANY(values)`, the values
+/// PostgreSQL: `SELECT {select} FROM E WHERE scope... AND column = ANY (values)`, the values
 /// travelling as one JSON array: one short statement whatever their number, the same text
-/// every time (prepared once per connection), where `IN (...)` of 500 parameters was a new
-/// statement to parse and plan for every batch size.
+/// every time (prepared once per connection). Without statistics PostgreSQL planned
+/// `organization_id = $1 AND email IN ($2, ..., $501)` as a scan of the organization's rows
+/// through another index (every user of the organization read per batch); `= ANY` of an
+/// array probes the key's index.
 fn any_of<E: EntityTrait>(
     select: &str,
     scope: &[(E::Column, &str)],
