@@ -295,8 +295,7 @@ async fn measure(
         search: crate::search::SearchIndex::start(server_db.clone())?,
         agents: Default::default(),
     };
-    let scheduler =
-        crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
+    let scheduler = crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(async move {
@@ -321,7 +320,13 @@ async fn measure(
     // database.
     let import_db = match (&a.postgres, schema) {
         (Some(url), Some(schema)) => db::connect(url, Some(schema)).await?,
-        _ => db::connect(&format!("sqlite://{}/bench.db?mode=rwc", dir.display()), None).await?,
+        _ => {
+            db::connect(
+                &format!("sqlite://{}/bench.db?mode=rwc", dir.display()),
+                None,
+            )
+            .await?
+        }
     };
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(<[Seen; 3]>::default()));
@@ -385,6 +390,7 @@ async fn measure(
             ms(s.latencies.last().copied().unwrap_or_default())
         );
     }
+    drop(seen);
     let o = &org.organization_id;
     let stored = (
         count::<entity::customer::Entity>(&server_db, entity::customer::Column::OrganizationId, o)
@@ -405,7 +411,6 @@ async fn measure(
         stored.4,
         acknowledged_events.load(Ordering::Relaxed)
     );
-    drop(seen);
     let _ = stop_server.send(());
     let limit = crate::http::server::SHUTDOWN_LIMIT + Duration::from_secs(1);
     let _ = tokio::time::timeout(limit, serving).await;
