@@ -1,9 +1,10 @@
 //! `custintel bench import`: `custintel import` of a large book while a serving instance on
-//! the same SQLite file answers ingest and platform writes.
+//! the same database answers ingest and platform writes.
 //!
 //! Generates the book (customers, users, sources, facts as JSON Lines) into a temporary file,
-//! serves the application on 127.0.0.1:0 in this process over a temporary SQLite database
-//! (search index follower and integration scheduler running, as in `custintel serve`), then
+//! serves the application on 127.0.0.1:0 in this process over a temporary SQLite database, or
+//! a fresh schema of PostgreSQL with `--postgres URL` (dropped at the end), with the search
+//! index follower and integration scheduler running as in `custintel serve`, then
 //! imports the book through [`crate::ops::import::import_file`] on a connection pool of its own
 //! (as the separate `custintel import` process would have) while a bounded number of clients
 //! send ingest batches and platform writes to the server. Prints the import's lines/s and
@@ -25,7 +26,10 @@ use serde_json::{json, Value};
 use crate::{
     crypto::SecretBox,
     db,
-    ops::admin::{self, NewOrganization, Plan},
+    ops::{
+        admin::{self, NewOrganization, Plan},
+        bench_ingest,
+    },
     state::AppState,
 };
 
@@ -46,6 +50,10 @@ pub struct ImportBenchArgs {
     /// Pause of each client between two requests, in milliseconds (bounds the load).
     #[arg(long, default_value_t = 20)]
     pub pause_ms: u64,
+    /// Measure on this PostgreSQL database (`postgres://...`, in a fresh schema dropped at the
+    /// end) instead of a temporary SQLite file.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
 }
 
 // The generated book draws on the same vocabulary as `bench tools`' data set.
@@ -240,9 +248,30 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
 
-    let url = format!("sqlite://{}/bench.db?mode=rwc", dir.path().display());
-    let server_db = db::connect(&url, None).await?;
-    db::migrate(&server_db).await?;
+    // The fresh schema (or temporary file) and its removal are `bench ingest`'s.
+    let options = bench_ingest::BenchOptions {
+        seconds: 0,
+        concurrency: 1,
+        database_url: a.postgres.clone(),
+        instances: 1,
+    };
+    let (server_db, label, schema) = bench_ingest::open(&options, dir.path()).await?;
+    println!("database: {label}");
+    let result = measure(&a, &book, lines, dir.path(), server_db, schema.as_deref()).await;
+    bench_ingest::drop_schema(&options, schema.as_deref()).await?;
+    result
+}
+
+/// Serves the application on `server_db`, imports the book beside the clients' load and prints
+/// the figures; the server is stopped before returning.
+async fn measure(
+    a: &ImportBenchArgs,
+    book: &std::path::Path,
+    lines: usize,
+    dir: &std::path::Path,
+    server_db: DatabaseConnection,
+    schema: Option<&str>,
+) -> Result<()> {
     let org = admin::create_org(
         &server_db,
         NewOrganization {
@@ -266,13 +295,20 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         search: crate::search::SearchIndex::start(server_db.clone())?,
         agents: Default::default(),
     };
-    let _scheduler =
-        crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
+    let scheduler = crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
     let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        if let Err(e) = crate::http::server::serve(state, "127.0.0.1:0", move |addr| {
-            let _ = tx.send(addr);
-        })
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        if let Err(e) = crate::http::server::serve_until(
+            state,
+            "127.0.0.1:0",
+            move |addr| {
+                let _ = tx.send(addr);
+            },
+            async move {
+                let _ = server_stopped.await;
+            },
+        )
         .await
         {
             eprintln!("bench server stopped: {e:#}");
@@ -280,8 +316,18 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
     });
     let base = format!("http://{}", rx.await?);
 
-    // The import runs as `custintel import` would: its own connection pool on the same file.
-    let import_db = db::connect(&url, None).await?;
+    // The import runs as `custintel import` would: its own connection pool on the same
+    // database.
+    let import_db = match (&a.postgres, schema) {
+        (Some(url), Some(schema)) => db::connect(url, Some(schema)).await?,
+        _ => {
+            db::connect(
+                &format!("sqlite://{}/bench.db?mode=rwc", dir.display()),
+                None,
+            )
+            .await?
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(<[Seen; 3]>::default()));
     let acknowledged_events = Arc::new(AtomicU64::new(0));
@@ -344,6 +390,7 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
             ms(s.latencies.last().copied().unwrap_or_default())
         );
     }
+    drop(seen);
     let o = &org.organization_id;
     let stored = (
         count::<entity::customer::Entity>(&server_db, entity::customer::Column::OrganizationId, o)
@@ -364,6 +411,10 @@ pub async fn run(a: ImportBenchArgs) -> Result<()> {
         stored.4,
         acknowledged_events.load(Ordering::Relaxed)
     );
+    let _ = stop_server.send(());
+    let limit = crate::http::server::SHUTDOWN_LIMIT + Duration::from_secs(1);
+    let _ = tokio::time::timeout(limit, serving).await;
+    drop(scheduler);
     ensure!(
         report.rejected.is_empty(),
         "lines were rejected: {:?}",

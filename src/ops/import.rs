@@ -9,11 +9,14 @@
 //! The file is streamed: lines are read and parsed in chunks of [`CHUNK_LINES`] on the
 //! blocking pool while the previous chunk is written, so memory stays bounded whatever the
 //! file's size. Each chunk is one short write transaction (`BEGIN IMMEDIATE` on SQLite): one
-//! `IN (...)` look-up per key for every record the chunk refers to, the lines applied in order
-//! to those rows in memory (so a line sees what earlier lines of the file wrote, in the same
-//! chunk or before), then multi-row upserts. Between chunks a serving instance's writers get
-//! the SQLite write lock. A chunk whose write fails is rolled back and written again one line
-//! per transaction, so only the line that cannot be stored is rejected.
+//! look-up per key for every record the chunk refers to (`IN (...)` on SQLite, `= ANY` of one
+//! JSON array parameter on PostgreSQL), the lines applied in order to those rows in memory (so
+//! a line sees what earlier lines of the file wrote, in the same chunk or before), then
+//! multi-row upserts (on PostgreSQL one statement per table over `json_populate_recordset`).
+//! Between chunks a serving instance's writers get the SQLite write lock. A chunk whose write
+//! fails is rolled back and written again one line per transaction, so only the line that
+//! cannot be stored is rejected. PostgreSQL `ANALYZE`s the tables the import fills as they
+//! grow ([`Growth`]) and every table it filled at the end; SQLite `ANALYZE`s them at the end.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -30,9 +33,9 @@ use entity::{
 };
 use sea_orm::{
     sea_query::{OnConflict, Query},
-    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbErr,
-    EntityTrait, IdenStatic, IntoActiveModel, Iterable, NotSet, QueryFilter, QuerySelect,
-    QueryTrait, Set, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
+    DbErr, EntityTrait, IdenStatic, IntoActiveModel, Iterable, NotSet, QueryFilter, QuerySelect,
+    QueryTrait, Set, Statement, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -254,7 +257,7 @@ pub async fn import_reader<C, R>(
     reader: R,
 ) -> Result<ImportReport, ImportError>
 where
-    C: TransactionTrait<Transaction = DatabaseTransaction>,
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
     R: BufRead + Send + 'static,
 {
     let read_next = |mut reader: R, mut line: usize| {
@@ -264,6 +267,10 @@ where
         })
     };
     let mut report = ImportReport::default();
+    let mut growth = Growth {
+        enabled: db.get_database_backend() == DbBackend::Postgres,
+        ..Growth::default()
+    };
     let mut next = Some(read_next(reader, 0));
     while let Some(reading) = next.take() {
         let (reader, line, chunk) = reading.await.map_err(std::io::Error::other)?;
@@ -273,9 +280,117 @@ where
         }
         if !chunk.is_empty() {
             import_chunk(db, organization_id, chunk, &mut report).await?;
+            growth.after_chunk(db, &report.imported).await?;
         }
     }
+    refresh_statistics(db, &filled_tables(&report.imported)).await?;
     Ok(report)
+}
+
+/// PostgreSQL: rows an import writes to a table before its first `ANALYZE` during the import.
+const ANALYZE_AFTER_ROWS: u64 = 10_000;
+
+/// PostgreSQL plans the chunks' look-ups with the tables' statistics, and a table an import
+/// fills from empty has none until autovacuum's `ANALYZE` (which may be off, or a minute
+/// late). Planned as if the organization had a handful of rows, the look-up of a chunk's
+/// sources by `source_id = ANY (...)` scanned all the organization's sources of the type and
+/// filtered them (1.2 s a chunk at 60,000 sources, growing with the table), where with
+/// statistics it probes the unique index (2 ms). So the import `ANALYZE`s a table it writes
+/// to once [`ANALYZE_AFTER_ROWS`] lines went to it and again each time that number doubles:
+/// a handful of `ANALYZE`s of a 30,000-row sample each, however long the import.
+#[derive(Default)]
+struct Growth {
+    /// On PostgreSQL only: SQLite plans the look-ups' `IN (...)` well without statistics.
+    enabled: bool,
+    /// Per table, the lines imported into it when it was last analyzed.
+    analyzed_at: HashMap<&'static str, u64>,
+}
+
+impl Growth {
+    async fn after_chunk<C>(&mut self, db: &C, imported: &ImportCounts) -> Result<(), DbErr>
+    where
+        C: TransactionTrait<Transaction = DatabaseTransaction>,
+    {
+        if !self.enabled {
+            return Ok(());
+        }
+        let mut due = Vec::new();
+        for (table, n) in imported_by_table(imported) {
+            let last = self.analyzed_at.get(table).copied().unwrap_or(0);
+            if n >= ANALYZE_AFTER_ROWS && n >= 2 * last {
+                due.push(table);
+                self.analyzed_at.insert(table, n);
+            }
+        }
+        if due.is_empty() {
+            return Ok(());
+        }
+        refresh_statistics(db, &due).await
+    }
+}
+
+/// SQLite's `PRAGMA analysis_limit` for the import's `ANALYZE`: about this many rows are read
+/// per index, so it takes milliseconds whatever the table's size.
+const SQLITE_ANALYSIS_LIMIT: u32 = 1_000;
+
+/// Lines imported per table.
+fn imported_by_table(imported: &ImportCounts) -> [(&'static str, u64); 5] {
+    [
+        ("customers", imported.customer),
+        ("users", imported.user),
+        ("workspace_users", imported.workspace_user),
+        ("sources", imported.source),
+        ("facts", imported.fact),
+    ]
+}
+
+/// The tables an import of `imported` wrote to.
+fn filled_tables(imported: &ImportCounts) -> Vec<&'static str> {
+    let mut tables: Vec<&'static str> = imported_by_table(imported)
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(table, _)| table)
+        .collect();
+    if imported.source + imported.fact > 0 {
+        tables.push("change_log");
+    }
+    tables
+}
+
+/// Planner statistics of the tables the import filled, so that the service's reads are
+/// planned for what is now in them (DESIGN.md "Reads at scale"): `ANALYZE` of those tables on
+/// PostgreSQL (a sample of at most 30,000 rows each: well under a second at millions of rows),
+/// and on SQLite `ANALYZE` of each under an `analysis_limit` that keeps it to milliseconds.
+async fn refresh_statistics<C>(db: &C, tables: &[&'static str]) -> Result<(), DbErr>
+where
+    C: TransactionTrait<Transaction = DatabaseTransaction>,
+{
+    if tables.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let txn = crate::db::begin_write(db).await?;
+    if txn.get_database_backend() == DbBackend::Postgres {
+        let list: Vec<String> = tables.iter().map(|t| format!("\"{t}\"")).collect();
+        txn.execute_unprepared(&format!("ANALYZE {}", list.join(", ")))
+            .await?;
+    } else {
+        txn.execute_unprepared(&format!("PRAGMA analysis_limit = {SQLITE_ANALYSIS_LIMIT}"))
+            .await?;
+        for table in tables {
+            txn.execute_unprepared(&format!("ANALYZE \"{table}\""))
+                .await?;
+        }
+        // The setting belongs to the pooled connection: back to SQLite's default (no limit).
+        txn.execute_unprepared("PRAGMA analysis_limit = 0").await?;
+    }
+    txn.commit().await?;
+    tracing::debug!(
+        tables = ?tables,
+        took_ms = started.elapsed().as_millis() as u64,
+        "import: planner statistics refreshed"
+    );
+    Ok(())
 }
 
 /// Imports the lines of a JSON Lines text (blank lines are skipped).
@@ -679,25 +794,78 @@ struct ChunkRows {
     changes: Vec<Change>,
 }
 
-/// Rows of `E` in `scope` whose `column` is one of `values`, in batches of [`LOOKUP_BATCH`].
+/// Rows of `E` whose `scope` columns equal their values and whose `column` is one of
+/// `values`: on SQLite in batches of [`LOOKUP_BATCH`] (`IN (...)`), on PostgreSQL in one
+/// statement ([`any_of`]).
 async fn find_in<E: EntityTrait>(
     txn: &DatabaseTransaction,
-    scope: &Condition,
+    scope: &[(E::Column, &str)],
     column: E::Column,
     values: &BTreeSet<String>,
 ) -> Result<Vec<E::Model>, DbErr> {
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    if txn.get_database_backend() == DbBackend::Postgres {
+        let (sql, params) = any_of::<E>("*", scope, column, values);
+        return E::find()
+            .from_raw_sql(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                sql,
+                params,
+            ))
+            .all(txn)
+            .await;
+    }
+    let condition = scope
+        .iter()
+        .fold(Condition::all(), |c, (col, value)| c.add(col.eq(*value)));
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
     let mut found = Vec::new();
     for batch in values.chunks(LOOKUP_BATCH) {
         found.extend(
             E::find()
-                .filter(scope.clone())
+                .filter(condition.clone())
                 .filter(column.is_in(batch.iter().copied()))
                 .all(txn)
                 .await?,
         );
     }
     Ok(found)
+}
+
+/// PostgreSQL: `SELECT {select} FROM E WHERE scope... AND column = ANY (values)`, the values
+/// travelling as one JSON array: one short statement whatever their number, the same text
+/// every time (prepared once per connection). Without statistics PostgreSQL planned
+/// `organization_id = $1 AND email IN ($2, ..., $501)` as a scan of the organization's rows
+/// through another index (every user of the organization read per batch); `= ANY` of an
+/// array probes the key's index.
+fn any_of<E: EntityTrait>(
+    select: &str,
+    scope: &[(E::Column, &str)],
+    column: E::Column,
+    values: &BTreeSet<String>,
+) -> (String, Vec<sea_orm::Value>) {
+    let mut sql = format!(
+        "SELECT {select} FROM \"{}\" WHERE ",
+        E::default().table_name()
+    );
+    let mut params: Vec<sea_orm::Value> = Vec::with_capacity(scope.len() + 1);
+    for (col, value) in scope {
+        params.push((*value).into());
+        sql.push_str(&format!("\"{}\" = ${} AND ", col.as_str(), params.len()));
+    }
+    params.push(
+        Value::from(values.iter().cloned().collect::<Vec<_>>())
+            .to_string()
+            .into(),
+    );
+    sql.push_str(&format!(
+        "\"{}\" = ANY (ARRAY(SELECT json_array_elements_text(${}::json)))",
+        column.as_str(),
+        params.len()
+    ));
+    (sql, params)
 }
 
 impl ChunkRows {
@@ -721,7 +889,7 @@ impl ChunkRows {
         };
         rows.load_customers(txn, &w).await?;
         let t_customers = Instant::now();
-        let scope = Condition::all().add(user::Column::OrganizationId.eq(org));
+        let scope = [(user::Column::OrganizationId, org)];
         for (column, values) in [
             (user::Column::ExternalId, &w.user_external_ids),
             (user::Column::Email, &w.user_emails),
@@ -729,7 +897,7 @@ impl ChunkRows {
             let found = find_in::<user::Entity>(txn, &scope, column, values).await?;
             rows.users.load(found);
         }
-        let scope = Condition::all().add(workspace_user::Column::OrganizationId.eq(org));
+        let scope = [(workspace_user::Column::OrganizationId, org)];
         let found = find_in::<workspace_user::Entity>(
             txn,
             &scope,
@@ -740,18 +908,20 @@ impl ChunkRows {
         rows.workspace_users.load(found);
         let t_users = Instant::now();
         for (source_type, ids) in &w.source_ids {
-            let scope = Condition::all()
-                .add(source::Column::OrganizationId.eq(org))
-                .add(source::Column::SourceType.eq(*source_type));
+            let scope = [
+                (source::Column::OrganizationId, org),
+                (source::Column::SourceType, *source_type),
+            ];
             let found =
                 find_in::<source::Entity>(txn, &scope, source::Column::SourceId, ids).await?;
             rows.sources.load(found);
         }
         let t_sources = Instant::now();
         for (source_type, ids) in &w.fact_source_ids {
-            let scope = Condition::all()
-                .add(fact::Column::OrganizationId.eq(org))
-                .add(fact::Column::SourceType.eq(*source_type));
+            let scope = [
+                (fact::Column::OrganizationId, org),
+                (fact::Column::SourceType, *source_type),
+            ];
             let found = find_in::<fact::Entity>(txn, &scope, fact::Column::SourceId, ids).await?;
             rows.facts.load(found);
         }
@@ -772,7 +942,8 @@ impl ChunkRows {
     /// up by the other two keys (nor one found by externalId by id), and only ids and keys are
     /// read (a chunk of user lines naming their customers' domains reads each customer's id once).
     async fn load_customers(&mut self, txn: &DatabaseTransaction, w: &Wanted) -> Result<(), DbErr> {
-        let scope = Condition::all().add(customer::Column::OrganizationId.eq(self.org.as_str()));
+        let org = self.org.clone();
+        let scope = [(customer::Column::OrganizationId, org.as_str())];
         let lower = |r: &String| r.to_lowercase();
         if w.customer_lines {
             let mut external_ids = w.customer_external_ids.clone();
@@ -786,14 +957,23 @@ impl ChunkRows {
                 let found = find_in::<customer::Entity>(txn, &scope, column, values).await?;
                 self.customers.load(found);
             }
-            let found = crate::db::find_by_ids_in_organization::<customer::Entity, _, _>(
-                txn,
-                customer::Column::Id,
-                w.customer_references.iter().map(String::as_str),
-                &self.org,
-                |c| &c.organization_id,
-            )
-            .await?;
+            let found = if txn.get_database_backend() == DbBackend::Postgres {
+                // By id alone, the organization checked on the rows, as on SQLite.
+                find_in::<customer::Entity>(txn, &[], customer::Column::Id, &w.customer_references)
+                    .await?
+                    .into_iter()
+                    .filter(|c| c.organization_id == self.org)
+                    .collect()
+            } else {
+                crate::db::find_by_ids_in_organization::<customer::Entity, _, _>(
+                    txn,
+                    customer::Column::Id,
+                    w.customer_references.iter().map(String::as_str),
+                    &self.org,
+                    |c| &c.organization_id,
+                )
+                .await?
+            };
             self.customers.load(found);
             return Ok(());
         }
@@ -826,32 +1006,59 @@ impl ChunkRows {
         values: &BTreeSet<String>,
     ) -> Result<(), DbErr> {
         use customer::Column as C;
+        if values.is_empty() {
+            return Ok(());
+        }
         let by_id = matches!(column, C::Id);
-        let values: Vec<&str> = values.iter().map(String::as_str).collect();
-        for batch in values.chunks(LOOKUP_BATCH) {
-            let mut query = customer::Entity::find()
-                .select_only()
-                .columns([C::Id, C::OrganizationId, C::Domain, C::ExternalId])
-                .filter(column.is_in(batch.iter().copied()));
-            if !by_id {
-                query = query.filter(C::OrganizationId.eq(self.org.as_str()));
+        let mut found: Vec<(String, String, Option<String>, Option<String>)> = Vec::new();
+        if txn.get_database_backend() == DbBackend::Postgres {
+            let org = self.org.as_str();
+            let scope: &[(C, &str)] = if by_id {
+                &[]
+            } else {
+                &[(C::OrganizationId, org)]
+            };
+            let (sql, params) = any_of::<customer::Entity>(
+                "id, organization_id, domain, external_id",
+                scope,
+                column,
+                values,
+            );
+            let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, params);
+            for row in txn.query_all_raw(statement).await? {
+                found.push((
+                    row.try_get_by_index(0)?,
+                    row.try_get_by_index(1)?,
+                    row.try_get_by_index(2)?,
+                    row.try_get_by_index(3)?,
+                ));
             }
-            let found: Vec<(String, String, Option<String>, Option<String>)> =
-                query.into_tuple().all(txn).await?;
-            for (id, organization_id, domain, external_id) in found {
-                if organization_id != self.org {
-                    continue;
+        } else {
+            let values: Vec<&str> = values.iter().map(String::as_str).collect();
+            for batch in values.chunks(LOOKUP_BATCH) {
+                let mut query = customer::Entity::find()
+                    .select_only()
+                    .columns([C::Id, C::OrganizationId, C::Domain, C::ExternalId])
+                    .filter(column.is_in(batch.iter().copied()));
+                if !by_id {
+                    query = query.filter(C::OrganizationId.eq(self.org.as_str()));
                 }
-                for (key, value) in [
-                    (CUSTOMER_DOMAIN, domain),
-                    (CUSTOMER_EXTERNAL_ID, external_id),
-                    (CUSTOMER_ID, Some(id.clone())),
-                ] {
-                    if let Some(value) = value {
-                        self.referenced[key]
-                            .entry(value)
-                            .or_insert_with(|| id.clone());
-                    }
+                found.extend(query.into_tuple().all(txn).await?);
+            }
+        }
+        for (id, organization_id, domain, external_id) in found {
+            if organization_id != self.org {
+                continue;
+            }
+            for (key, value) in [
+                (CUSTOMER_DOMAIN, domain),
+                (CUSTOMER_EXTERNAL_ID, external_id),
+                (CUSTOMER_ID, Some(id.clone())),
+            ] {
+                if let Some(value) = value {
+                    self.referenced[key]
+                        .entry(value)
+                        .or_insert_with(|| id.clone());
                 }
             }
         }
@@ -1246,6 +1453,12 @@ where
     E::Model: IntoActiveModel<E::ActiveModel>,
     E::ActiveModel: ActiveModelTrait<Entity = E> + Send,
 {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    if txn.get_database_backend() == DbBackend::Postgres {
+        return upsert_postgres::<E>(txn, rows).await;
+    }
     let columns: Vec<E::Column> = E::Column::iter().collect();
     let id = columns
         .iter()
@@ -1277,6 +1490,76 @@ where
     Ok(())
 }
 
+/// PostgreSQL: [`upsert`] in one statement per table and chunk, the rows travelling as one
+/// JSON array that `json_populate_recordset` turns into rows of the table's own type (so each
+/// column is read as its type), instead of a multi-row `VALUES` of thousands of parameters,
+/// a new statement to parse and plan for every row count.
+async fn upsert_postgres<E>(txn: &DatabaseTransaction, rows: Vec<E::Model>) -> Result<(), DbErr>
+where
+    E: EntityTrait,
+    E::Model: IntoActiveModel<E::ActiveModel>,
+    E::ActiveModel: ActiveModelTrait<Entity = E> + Send,
+{
+    let columns: Vec<E::Column> = E::Column::iter().collect();
+    let table = E::default().table_name();
+    let quoted: Vec<String> = columns
+        .iter()
+        .map(|c| format!("\"{}\"", c.as_str()))
+        .collect();
+    let list = quoted.join(", ");
+    let set: Vec<String> = quoted
+        .iter()
+        .filter(|c| *c != "\"id\"")
+        .map(|c| format!("{c} = EXCLUDED.{c}"))
+        .collect();
+    let sql = format!(
+        "INSERT INTO \"{table}\" ({list}) SELECT {list} \
+         FROM json_populate_recordset(NULL::\"{table}\", $1::json) \
+         ON CONFLICT (\"id\") DO UPDATE SET {}",
+        set.join(", ")
+    );
+    let mut array = Vec::with_capacity(rows.len());
+    for row in rows {
+        let active = row.into_active_model();
+        let mut object = Map::with_capacity(columns.len());
+        for column in &columns {
+            let value = active.get(*column).into_value();
+            object.insert(column.as_str().to_string(), json_of(value)?);
+        }
+        array.push(Value::Object(object));
+    }
+    txn.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql,
+        [Value::Array(array).to_string().into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// A column's value as `json_populate_recordset` reads it back into that column's type.
+fn json_of(value: Option<sea_orm::Value>) -> Result<Value, DbErr> {
+    use sea_orm::Value as V;
+    Ok(match value {
+        None => Value::Null,
+        Some(V::String(v)) => v.map_or(Value::Null, Value::String),
+        Some(V::BigInt(v)) => v.map_or(Value::Null, Value::from),
+        Some(V::Int(v)) => v.map_or(Value::Null, Value::from),
+        Some(V::Bool(v)) => v.map_or(Value::Null, Value::from),
+        Some(V::Double(v)) => v.map_or(Value::Null, Value::from),
+        Some(V::Json(v)) => v.map_or(Value::Null, |j| *j),
+        // Microseconds, PostgreSQL's precision, cut as a bound `DateTime` is.
+        Some(V::ChronoDateTimeUtc(v)) => v.map_or(Value::Null, |t| {
+            Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        }),
+        Some(other) => {
+            return Err(DbErr::Custom(format!(
+                "import: no JSON form for the column value {other:?}"
+            )))
+        }
+    })
+}
+
 /// Appends the chunk's `change_log` rows and returns the last sequence number given to each
 /// (artifact type, id): the `change_seq` its row carries.
 async fn append_changes(
@@ -1285,6 +1568,39 @@ async fn append_changes(
     changes: &[Change],
 ) -> Result<HashMap<(String, String), i64>, DbErr> {
     let mut seqs = HashMap::new();
+    let mut note = |seq: i64, key: (String, String)| {
+        // Sequence numbers follow the rows' order: the largest is the artifact's last write.
+        let last = seqs.entry(key).or_insert(seq);
+        *last = (*last).max(seq);
+    };
+    if changes.is_empty() {
+        return Ok(seqs);
+    }
+    if txn.get_database_backend() == DbBackend::Postgres {
+        // One statement, the rows as one JSON array (see `upsert_postgres`).
+        let rows: Vec<Value> = changes
+            .iter()
+            .map(|c| {
+                serde_json::json!({"t": c.artifact_type, "i": c.artifact_id,
+                    "a": c.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)})
+            })
+            .collect();
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "INSERT INTO change_log (organization_id, artifact_type, artifact_id, created_at) \
+             SELECT $1, c.t, c.i, c.a FROM json_to_recordset($2::json) \
+             AS c(t text, i text, a timestamptz) \
+             RETURNING seq, artifact_type, artifact_id",
+            [org.into(), Value::Array(rows).to_string().into()],
+        );
+        for row in txn.query_all_raw(statement).await? {
+            note(
+                row.try_get_by_index(0)?,
+                (row.try_get_by_index(1)?, row.try_get_by_index(2)?),
+            );
+        }
+        return Ok(seqs);
+    }
     for batch in changes.chunks(STATEMENT_PARAMETERS / 4) {
         let rows = batch.iter().map(|c| change::ActiveModel {
             seq: NotSet,
@@ -1305,9 +1621,7 @@ async fn append_changes(
                 row.try_get::<String>("", "artifact_type")?,
                 row.try_get::<String>("", "artifact_id")?,
             );
-            // Sequence numbers follow the rows' order: the largest is the artifact's last write.
-            let last = seqs.entry(key).or_insert(seq);
-            *last = (*last).max(seq);
+            note(seq, key);
         }
     }
     Ok(seqs)

@@ -1047,3 +1047,33 @@ mod email_normal_form {
         super::email_normal_form_migration(crate::helpers::Backend::Postgres).await;
     }
 }
+
+// After an import the tables it filled have planner statistics (DESIGN.md "Reads at scale"):
+// PostgreSQL's `pg_stats`, SQLite's `sqlite_stat1`.
+db_test!(
+    an_import_leaves_planner_statistics,
+    |app: TestApp| async move {
+        let org = app.org("Stats Co").await;
+        let report = import_lines(&app, &org.organization_id, &book(30)).await;
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        let backend = app.db.get_database_backend();
+        for table in ["customers", "users", "sources", "facts"] {
+            let sql = if backend == sea_orm::DbBackend::Postgres {
+                format!(
+                    "SELECT COUNT(*) FROM pg_stats WHERE schemaname = current_schema() \
+                     AND tablename = '{table}'"
+                )
+            } else {
+                format!("SELECT COUNT(*) FROM sqlite_stat1 WHERE tbl = '{table}'")
+            };
+            let row = app
+                .db
+                .query_one_raw(Statement::from_string(backend, sql))
+                .await
+                .expect("query")
+                .expect("a row");
+            let n: i64 = row.try_get_by_index(0).expect("a number");
+            assert!(n > 0, "no planner statistics for {table}");
+        }
+    }
+);
