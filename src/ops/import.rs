@@ -309,7 +309,7 @@ struct Growth {
 impl Growth {
     async fn after_chunk<C>(&mut self, db: &C, imported: &ImportCounts) -> Result<(), DbErr>
     where
-        C: TransactionTrait<Transaction = DatabaseTransaction>,
+        C: ConnectionTrait,
     {
         if !self.enabled {
             return Ok(());
@@ -328,10 +328,6 @@ impl Growth {
         refresh_statistics(db, &due).await
     }
 }
-
-/// SQLite's `PRAGMA analysis_limit` for the import's `ANALYZE`: about this many rows are read
-/// per index, so it takes milliseconds whatever the table's size.
-const SQLITE_ANALYSIS_LIMIT: u32 = 1_000;
 
 /// Lines imported per table.
 fn imported_by_table(imported: &ImportCounts) -> [(&'static str, u64); 5] {
@@ -360,31 +356,17 @@ fn filled_tables(imported: &ImportCounts) -> Vec<&'static str> {
 /// Planner statistics of the tables the import filled, so that the service's reads are
 /// planned for what is now in them (DESIGN.md "Reads at scale"): `ANALYZE` of those tables on
 /// PostgreSQL (a sample of at most 30,000 rows each: well under a second at millions of rows),
-/// and on SQLite `ANALYZE` of each under an `analysis_limit` that keeps it to milliseconds.
+/// and on SQLite a whole `ANALYZE` of each index, one statement each, so a serving instance's
+/// writers get the write lock between them (see `db::statistics`).
 async fn refresh_statistics<C>(db: &C, tables: &[&'static str]) -> Result<(), DbErr>
 where
-    C: TransactionTrait<Transaction = DatabaseTransaction>,
+    C: ConnectionTrait,
 {
     if tables.is_empty() {
         return Ok(());
     }
     let started = Instant::now();
-    let txn = crate::db::begin_write(db).await?;
-    if txn.get_database_backend() == DbBackend::Postgres {
-        let list: Vec<String> = tables.iter().map(|t| format!("\"{t}\"")).collect();
-        txn.execute_unprepared(&format!("ANALYZE {}", list.join(", ")))
-            .await?;
-    } else {
-        txn.execute_unprepared(&format!("PRAGMA analysis_limit = {SQLITE_ANALYSIS_LIMIT}"))
-            .await?;
-        for table in tables {
-            txn.execute_unprepared(&format!("ANALYZE \"{table}\""))
-                .await?;
-        }
-        // The setting belongs to the pooled connection: back to SQLite's default (no limit).
-        txn.execute_unprepared("PRAGMA analysis_limit = 0").await?;
-    }
-    txn.commit().await?;
+    crate::db::statistics::analyze_tables(db, tables).await?;
     tracing::debug!(
         tables = ?tables,
         took_ms = started.elapsed().as_millis() as u64,

@@ -78,7 +78,7 @@ where
         let residual = residual.clone();
         async move {
             match residual {
-                Some(r) => count_examined::<E, _>(db, served, r, id).await,
+                Some(r) => count_examined::<E, _>(db, served, r).await,
                 None => count_capped(db, E::find().filter(served)).await,
             }
         }

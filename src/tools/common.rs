@@ -210,36 +210,44 @@ pub const EXAMINED_FOR_TOTAL: u64 = 5_000;
 /// The total of a list filtered by `served` (conditions an index answers) and `residual`
 /// (conditions checked row by row): the matches among the first [`EXAMINED_FOR_TOTAL`] rows
 /// `served` selects, exact when those are all of them.
+///
+/// The residual conditions are checked on those rows as a derived table named like the table
+/// (`FROM (SELECT ... LIMIT 5000) AS "users"`), so they read as written and the database reads
+/// 5,000 rows at most, instead of walking the table to test each row against a list of ids.
 pub async fn count_examined<E, C>(
     db: &C,
     served: sea_orm::Condition,
     residual: sea_orm::Condition,
-    id: E::Column,
 ) -> Result<Total, sea_orm::DbErr>
 where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
-    use sea_orm::{QuerySelect, QueryTrait};
-    let examined = E::find()
-        .select_only()
-        .column(id)
+    use sea_orm::{sea_query::Alias, QuerySelect, QueryTrait};
+    let candidates = E::find()
         .filter(served.clone())
         .limit(EXAMINED_FOR_TOTAL)
         .into_query();
-    let (matches, candidates) = tokio::try_join!(
-        count_capped(
-            db,
-            E::find()
-                .filter(served.clone())
-                .filter(residual)
-                .filter(id.in_subquery(examined))
-        ),
+    let count = sea_orm::sea_query::Query::select()
+        .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
+        .from_subquery(candidates, Alias::new(E::default().table_name()))
+        .cond_where(residual)
+        .to_owned();
+    let backend = db.get_database_backend();
+    let matched = async {
+        let n: i64 = match db.query_one_raw(backend.build(&count)).await? {
+            Some(row) => row.try_get("", "n")?,
+            None => 0,
+        };
+        Ok::<_, sea_orm::DbErr>(u64::try_from(n).unwrap_or(0))
+    };
+    let (matched, examined) = tokio::try_join!(
+        matched,
         count_up_to(db, E::find().filter(served), EXAMINED_FOR_TOTAL)
     )?;
     Ok(Total {
-        count: matches.count,
-        exact: matches.exact && candidates < EXAMINED_FOR_TOTAL,
+        count: matched,
+        exact: examined < EXAMINED_FOR_TOTAL,
     })
 }
 
