@@ -90,8 +90,9 @@ enum BenchCommand {
     /// PostgreSQL, optionally beside ingest: p50/p99 per case against its target.
     Tools(custintel::ops::bench::ToolsBenchArgs),
     /// `custintel import` of a generated book (100,000 customers, 500,000 users, 200,000
-    /// sources, 50,000 facts by default) while a serving instance on the same SQLite file
-    /// answers ingest and platform writes: lines/s, and the server's 5xx and latencies.
+    /// sources, 50,000 facts by default) while a serving instance on the same database (a
+    /// temporary SQLite file, or PostgreSQL with `--postgres`) answers ingest and platform
+    /// writes: lines/s, and the server's 5xx and latencies.
     Import(custintel::ops::bench_import::ImportBenchArgs),
     /// The automation engine under ingest load (50 organizations x 20 signals and 10
     /// automations with a webhook destination by default): ingest's peak with and without the

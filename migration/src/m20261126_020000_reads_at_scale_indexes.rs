@@ -22,7 +22,10 @@
 //! PostgreSQL reads an index backwards only in the reverse of its own order, nulls included:
 //! `last_activity_at DESC NULLS LAST` (most recently active first, never active last) needs an
 //! index in that order. So on PostgreSQL the activity indexes are remade in the lists' order;
-//! SQLite (nulls first ascending, so last descending) keeps them.
+//! SQLite (nulls first ascending, so last descending) keeps their order and adds `mrr_cents`
+//! to the customers' ones: SQLite checks a condition on an index's columns before it reads the
+//! row (a deferred seek), so a revenue filter walking customers in activity order reads only
+//! the rows that pass it.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
@@ -96,13 +99,13 @@ const DROPPED: [Spec; 10] = [
     (
         "ix_customers_org_activity_id",
         "customers",
-        None,
+        Some("organization_id, last_activity_at, id"),
         Some("organization_id, last_activity_at, id"),
     ),
     (
         "ix_customers_org_status_activity_id",
         "customers",
-        None,
+        Some("organization_id, billing_status, last_activity_at, id"),
         Some("organization_id, billing_status, last_activity_at, id"),
     ),
     (
@@ -142,13 +145,13 @@ const REMADE: [Spec; 7] = [
     (
         "ix_customers_org_activity_id",
         "customers",
-        None,
+        Some("organization_id, last_activity_at, id, mrr_cents"),
         Some("organization_id, last_activity_at DESC NULLS LAST, id DESC"),
     ),
     (
         "ix_customers_org_status_activity_id",
         "customers",
-        None,
+        Some("organization_id, billing_status, last_activity_at, id, mrr_cents"),
         Some("organization_id, billing_status, last_activity_at DESC NULLS LAST, id DESC"),
     ),
     (

@@ -113,6 +113,22 @@ pub async fn analyze_tables<C: ConnectionTrait>(db: &C, tables: &[&str]) -> Resu
                 .await?;
         }
     }
+    if !tables.is_empty() {
+        reload_everywhere(db).await?;
+    }
+    Ok(())
+}
+
+/// SQLite: makes every connection to the file, in this process or another, load the new
+/// statistics. A connection reads them with the schema, and reads the schema again only when
+/// the schema's version changed, which an `ANALYZE` does not do once the statistics table
+/// exists: without this, a serving instance's pooled connections kept planning with the
+/// statistics (or their absence) they opened with. A table made and dropped changes it.
+async fn reload_everywhere<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
+    db.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS statistics_reload (x INTEGER); DROP TABLE statistics_reload",
+    )
+    .await?;
     Ok(())
 }
 

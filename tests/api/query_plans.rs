@@ -392,11 +392,17 @@ fn faults(
         let text = line.trim();
         for table in LARGE {
             let quoted = format!("\"{table}\"");
+            // A count over a derived table named like its table (`count_examined`) scans the
+            // derived table, which SQLite names as a co-routine: that scan reads its few rows.
+            let derived = plan
+                .iter()
+                .any(|l| l.trim() == format!("CO-ROUTINE {table}"));
             let whole = match backend {
                 DbBackend::Postgres => text.contains(&format!("Seq Scan on {table}")),
                 _ => {
-                    text.starts_with(&format!("SCAN {table}"))
-                        || text.starts_with(&format!("SCAN {quoted}"))
+                    !derived
+                        && (text.starts_with(&format!("SCAN {table}"))
+                            || text.starts_with(&format!("SCAN {quoted}")))
                 }
             };
             if whole {
