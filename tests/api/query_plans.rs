@@ -22,7 +22,7 @@ use custintel::{
     tools::{self, ToolContext},
 };
 use entity::{
-    automation, automation_run, billing_change,
+    billing_change,
     customer::{self, BillingStatus},
     event,
     fact::{self, FactStatus},
@@ -40,7 +40,6 @@ const USERS: usize = 40_000;
 const SOURCES: usize = 20_000;
 const FACTS: usize = 10_000;
 const EVENTS: usize = 40_000;
-const RUNS: usize = 5_000;
 const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
 const ROLES: [&str; 2] = ["admin", "member"];
 /// The tail customers: the most users, the most sources, the most events.
@@ -271,61 +270,6 @@ async fn seed(db: &DatabaseConnection, org: &str, customers: usize) {
                     mrr_cents: Set(k * 100),
                     origin: Set("import".into()),
                 })
-            })
-            .collect(),
-    )
-    .await;
-    let automation_id = uuid::Uuid::new_v4().to_string();
-    automation::ActiveModel {
-        id: Set(automation_id.clone()),
-        organization_id: Set(org.into()),
-        key: Set("runs".into()),
-        managed_by: Set("UI".into()),
-        name: Set("Runs".into()),
-        description: Set(None),
-        enabled: Set(false),
-        trigger_type: Set("SIGNAL_OCCURRENCE".into()),
-        trigger_json: Set(json!({})),
-        audience_filter_json: Set(json!({})),
-        agent_id: Set(None),
-        match_mode: Set("ANY".into()),
-        schema_version: Set("1".into()),
-        config_hash: Set(None),
-        archived_at: Set(None),
-        last_run_at: Set(None),
-        last_run_status: Set(None),
-        next_run_at: Set(None),
-        enabled_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-    }
-    .insert(db)
-    .await
-    .expect("automation");
-    insert(
-        db,
-        (0..scale(RUNS))
-            .map(|i| automation_run::ActiveModel {
-                id: Set(uuid::Uuid::new_v4().to_string()),
-                organization_id: Set(org.into()),
-                automation_id: Set(automation_id.clone()),
-                dedupe_key: Set(format!("run:{i}")),
-                status: Set(automation_run::AutomationRunStatus::Delivered),
-                triggered_at: Set(now - Duration::seconds(i as i64)),
-                started_at: Set(None),
-                finished_at: Set(None),
-                config_hash: Set(None),
-                subject: Set(None),
-                digest_since: Set(None),
-                skip_reason: Set(None),
-                title: Set(None),
-                message: Set(None),
-                warnings: Set(json!([])),
-                events: Set(json!([])),
-                signals: Set(json!([])),
-                processor_attempts: Set(0),
-                lease_until: Set(None),
-                updated_at: Set(now),
             })
             .collect(),
     )
