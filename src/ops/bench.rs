@@ -1007,19 +1007,8 @@ async fn run(
         agents: Default::default(),
     };
     let search = state.search.clone();
-    let (bound_tx, bound) = tokio::sync::oneshot::channel();
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(crate::http::server::serve_until(
-        state,
-        "127.0.0.1:0",
-        move |addr| {
-            let _ = bound_tx.send(addr);
-        },
-        async move {
-            let _ = server_stopped.await;
-        },
-    ));
-    let base = format!("http://{}", bound.await?);
+    let server = bench_ingest::BenchInstance::serve(state).await?;
+    let base = format!("http://{}", server.addr);
     let http = reqwest::Client::new();
     loop {
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
@@ -1188,12 +1177,7 @@ async fn run(
         rss_mib()
     );
     println!("{}", json!({ "results": summary }));
-    let _ = stop_server.send(());
-    let _ = tokio::time::timeout(
-        crate::http::server::SHUTDOWN_LIMIT + StdDuration::from_secs(1),
-        serving,
-    )
-    .await;
+    server.stop().await;
     Ok(())
 }
 

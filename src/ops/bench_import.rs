@@ -296,25 +296,8 @@ async fn measure(
         agents: Default::default(),
     };
     let scheduler = crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(async move {
-        if let Err(e) = crate::http::server::serve_until(
-            state,
-            "127.0.0.1:0",
-            move |addr| {
-                let _ = tx.send(addr);
-            },
-            async move {
-                let _ = server_stopped.await;
-            },
-        )
-        .await
-        {
-            eprintln!("bench server stopped: {e:#}");
-        }
-    });
-    let base = format!("http://{}", rx.await?);
+    let server = crate::ops::bench_ingest::BenchInstance::serve(state).await?;
+    let base = format!("http://{}", server.addr);
 
     // The import runs as `custintel import` would: its own connection pool on the same
     // database.
@@ -411,9 +394,7 @@ async fn measure(
         stored.4,
         acknowledged_events.load(Ordering::Relaxed)
     );
-    let _ = stop_server.send(());
-    let limit = crate::http::server::SHUTDOWN_LIMIT + Duration::from_secs(1);
-    let _ = tokio::time::timeout(limit, serving).await;
+    server.stop().await;
     drop(scheduler);
     ensure!(
         report.rejected.is_empty(),

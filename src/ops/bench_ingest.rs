@@ -564,26 +564,36 @@ pub(crate) async fn start_instance(
         search: crate::search::SearchIndex::new(conn)?,
         agents: Default::default(),
     };
-    let (bound_tx, bound) = tokio::sync::oneshot::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(async move {
-        let _ = crate::http::server::serve_until(
-            state,
-            "127.0.0.1:0",
-            move |addr| {
-                let _ = bound_tx.send(addr);
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        )
-        .await;
-    });
-    Ok(BenchInstance {
-        addr: bound.await?,
-        stop,
-        serving,
-    })
+    BenchInstance::serve(state).await
+}
+
+impl BenchInstance {
+    /// Serves `state` in this process on 127.0.0.1:0 until [`BenchInstance::stop`].
+    pub(crate) async fn serve(state: AppState) -> anyhow::Result<Self> {
+        let (bound_tx, bound) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            if let Err(e) = crate::http::server::serve_until(
+                state,
+                "127.0.0.1:0",
+                move |addr| {
+                    let _ = bound_tx.send(addr);
+                },
+                async move {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+            {
+                eprintln!("bench server stopped: {e:#}");
+            }
+        });
+        Ok(BenchInstance {
+            addr: bound.await?,
+            stop,
+            serving,
+        })
+    }
 }
 
 /// The in-memory `messageId` window's cost: bytes per million messages and time per check

@@ -233,16 +233,9 @@ where
         .from_subquery(candidates, Alias::new(E::default().table_name()))
         .cond_where(residual)
         .to_owned();
-    let backend = db.get_database_backend();
-    let matched = async {
-        let n: i64 = match db.query_one_raw(backend.build(&count)).await? {
-            Some(row) => row.try_get("", "n")?,
-            None => 0,
-        };
-        Ok::<_, sea_orm::DbErr>(u64::try_from(n).unwrap_or(0))
-    };
+    let statement = db.get_database_backend().build(&count);
     let (matched, examined) = tokio::try_join!(
-        matched,
+        read_count(db, statement),
         count_up_to(db, E::find().filter(served), EXAMINED_FOR_TOTAL)
     )?;
     Ok(Total {
@@ -271,8 +264,15 @@ where
         .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
         .from_subquery(matches, Alias::new("matches"))
         .to_owned();
-    let backend = db.get_database_backend();
-    let n: i64 = match db.query_one_raw(backend.build(&count)).await? {
+    read_count(db, db.get_database_backend().build(&count)).await
+}
+
+/// The count a `SELECT COUNT(*) AS n ...` statement answers.
+async fn read_count<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    statement: sea_orm::Statement,
+) -> Result<u64, sea_orm::DbErr> {
+    let n: i64 = match db.query_one_raw(statement).await? {
         Some(row) => row.try_get("", "n")?,
         None => 0,
     };
@@ -522,7 +522,7 @@ pub async fn rare_trait_candidates(
     table: &'static str,
     traits: &Option<Map<String, Value>>,
 ) -> ToolResult<Option<SimpleExpr>> {
-    use sea_orm::{ConnectionTrait, Statement};
+    use sea_orm::Statement;
     let db = &ctx.state.db;
     let backend = db.get_database_backend();
     let mut rarest: Option<(u64, String, String)> = None;
@@ -545,11 +545,7 @@ pub async fn rare_trait_candidates(
                 ((RARE_TRAIT_RECORDS + 1) as i64).into(),
             ],
         );
-        let n: i64 = match db.query_one_raw(count).await? {
-            Some(row) => row.try_get("", "n")?,
-            None => 0,
-        };
-        let n = u64::try_from(n).unwrap_or(0);
+        let n = read_count(db, count).await?;
         if n <= RARE_TRAIT_RECORDS && rarest.as_ref().is_none_or(|(m, _, _)| n < *m) {
             rarest = Some((n, key.clone(), indexed));
         }

@@ -86,40 +86,30 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         exact.insert(section.into(), json!(t.exact));
     };
     if include.contains(&Section::Users) {
-        let users = || {
-            user::Entity::find()
-                .filter(user::Column::OrganizationId.eq(org))
-                .filter(user::Column::CustomerId.eq(&c.id))
-        };
-        let (rows, count) = tokio::try_join!(
-            users()
-                .order_by_with_nulls(
-                    user::Column::LastActivityAt,
-                    Order::Desc,
-                    NullOrdering::Last,
-                )
-                .order_by(user::Column::Id, Order::Desc)
-                .limit(SECTION_USERS)
-                .all(db),
-            count_capped(db, users())
-        )?;
+        let users = user::Entity::find()
+            .filter(user::Column::OrganizationId.eq(org))
+            .filter(user::Column::CustomerId.eq(&c.id));
+        let (rows, count) = first_and_total(db, users, SECTION_USERS, |q| {
+            q.order_by_with_nulls(
+                user::Column::LastActivityAt,
+                Order::Desc,
+                NullOrdering::Last,
+            )
+            .order_by(user::Column::Id, Order::Desc)
+        })
+        .await?;
         obj.insert("users".into(), rows.iter().map(records::user).collect());
         total("users", count);
     }
     if include.contains(&Section::Revenue) {
-        let changes = || {
-            billing_change::Entity::find()
-                .filter(billing_change::Column::OrganizationId.eq(org))
-                .filter(billing_change::Column::CustomerId.eq(&c.id))
-        };
-        let (mut rows, count) = tokio::try_join!(
-            changes()
-                .order_by(billing_change::Column::At, Order::Desc)
+        let changes = billing_change::Entity::find()
+            .filter(billing_change::Column::OrganizationId.eq(org))
+            .filter(billing_change::Column::CustomerId.eq(&c.id));
+        let (mut rows, count) = first_and_total(db, changes, SECTION_REVENUE_HISTORY, |q| {
+            q.order_by(billing_change::Column::At, Order::Desc)
                 .order_by(billing_change::Column::Id, Order::Desc)
-                .limit(SECTION_REVENUE_HISTORY)
-                .all(db),
-            count_capped(db, changes())
-        )?;
+        })
+        .await?;
         rows.reverse();
         let history: Vec<Value> = rows
             .iter()
@@ -149,37 +139,27 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         total("recentTimeline", count);
     }
     if include.contains(&Section::Facts) {
-        let facts = || {
-            fact::Entity::find()
-                .filter(fact::Column::OrganizationId.eq(org))
-                .filter(fact::Column::CustomerId.eq(&c.id))
-                .filter(fact::Column::Status.eq(FactStatus::Active))
-        };
-        let (rows, count) = tokio::try_join!(
-            facts()
-                .order_by(fact::Column::SourceOccurredAt, Order::Desc)
+        let facts = fact::Entity::find()
+            .filter(fact::Column::OrganizationId.eq(org))
+            .filter(fact::Column::CustomerId.eq(&c.id))
+            .filter(fact::Column::Status.eq(FactStatus::Active));
+        let (rows, count) = first_and_total(db, facts, SECTION_FACTS, |q| {
+            q.order_by(fact::Column::SourceOccurredAt, Order::Desc)
                 .order_by(fact::Column::Id, Order::Desc)
-                .limit(SECTION_FACTS)
-                .all(db),
-            count_capped(db, facts())
-        )?;
+        })
+        .await?;
         obj.insert("facts".into(), rows.iter().map(records::fact).collect());
         total("facts", count);
     }
     if include.contains(&Section::Sources) {
-        let sources = || {
-            source::Entity::find()
-                .filter(source::Column::OrganizationId.eq(org))
-                .filter(source::Column::CustomerId.eq(&c.id))
-        };
-        let (rows, count) = tokio::try_join!(
-            sources()
-                .order_by(source::Column::OccurredAt, Order::Desc)
+        let sources = source::Entity::find()
+            .filter(source::Column::OrganizationId.eq(org))
+            .filter(source::Column::CustomerId.eq(&c.id));
+        let (rows, count) = first_and_total(db, sources, SECTION_SOURCES, |q| {
+            q.order_by(source::Column::OccurredAt, Order::Desc)
                 .order_by(source::Column::Id, Order::Desc)
-                .limit(SECTION_SOURCES)
-                .all(db),
-            count_capped(db, sources())
-        )?;
+        })
+        .await?;
         obj.insert(
             "sources".into(),
             rows.iter().map(records::source_item).collect(),
@@ -191,4 +171,22 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         obj.insert("includeTotalsExact".into(), Value::Object(exact));
     }
     Ok(out)
+}
+
+/// A section's first `limit` rows in the order `order` gives, and how many rows `matching`
+/// selects in all, read at once.
+async fn first_and_total<E>(
+    db: &sea_orm::DatabaseConnection,
+    matching: sea_orm::Select<E>,
+    limit: u64,
+    order: impl FnOnce(sea_orm::Select<E>) -> sea_orm::Select<E>,
+) -> Result<(Vec<E::Model>, Total), sea_orm::DbErr>
+where
+    E: EntityTrait,
+    E::Model: Send + Sync,
+{
+    tokio::try_join!(
+        order(matching.clone()).limit(limit).all(db),
+        count_capped(db, matching)
+    )
 }
