@@ -69,9 +69,16 @@ pub struct ToolsBenchArgs {
     /// Only the cases whose label contains this text.
     #[arg(long)]
     pub only: Option<String>,
-    /// Keep the generated SQLite database (its path is printed) to inspect query plans.
+    /// Keep the generated SQLite database (its path is printed) to inspect query plans or to
+    /// measure again with `--reuse`.
     #[arg(long)]
     pub keep_database: bool,
+    /// Measure on a SQLite database an earlier run kept (`--keep-database`) instead of loading
+    /// a new one: the book is not imported again (migrations still run), so the cases can be
+    /// measured again after a change in minutes rather than the load's hour at a million
+    /// customers. `--customers` must be the scale that database was loaded with.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["postgres", "keep_database"])]
+    pub reuse: Option<std::path::PathBuf>,
 }
 
 pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
@@ -887,6 +894,20 @@ fn rss_mib() -> f64 {
 
 /// Runs the benchmark: loads, serves, measures every case, prints the table and a JSON line.
 pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
+    if let Some(path) = &args.reuse {
+        if !path.is_file() {
+            bail!("--reuse: no database at {}", path.display());
+        }
+        let conn =
+            crate::db::connect(&format!("sqlite://{}?mode=rw", path.display()), None).await?;
+        crate::db::migrate(&conn).await?;
+        let label = format!(
+            "SQLite (WAL, synchronous=NORMAL), reused from {}",
+            path.display()
+        );
+        let loaded = reuse(&conn).await?;
+        return measure_all(&args, &conn, &label, &loaded).await;
+    }
     let dir = tempfile::tempdir()?;
     let options = BenchOptions {
         seconds: 0,
@@ -929,6 +950,43 @@ async fn import_book(
         );
     }
     Ok((lines, took))
+}
+
+/// What the measured cases need to know of a loaded database.
+struct LoadedBook {
+    organization_id: String,
+    api_key: String,
+    public_key: String,
+    automation_id: String,
+}
+
+/// The large organization of a kept database, with a new API key for this run.
+async fn reuse(conn: &DatabaseConnection) -> Result<LoadedBook> {
+    let org = entity::organization::Entity::find()
+        .filter(entity::organization::Column::Name.eq("Bench"))
+        .one(conn)
+        .await?
+        .context("--reuse: the database has no organization named Bench")?;
+    let key = admin::create_key(conn, &org.id, Some("bench".into()), false).await?;
+    let public_key = entity::tracking_config::Entity::find()
+        .filter(entity::tracking_config::Column::OrganizationId.eq(&org.id))
+        .one(conn)
+        .await?
+        .context("--reuse: the organization has no public key")?
+        .public_key;
+    let automation_id = automation::Entity::find()
+        .filter(automation::Column::OrganizationId.eq(&org.id))
+        .filter(automation::Column::Key.eq("bench-runs"))
+        .one(conn)
+        .await?
+        .context("--reuse: the organization has no bench-runs automation")?
+        .id;
+    Ok(LoadedBook {
+        organization_id: org.id,
+        api_key: key.api_key,
+        public_key,
+        automation_id,
+    })
 }
 
 async fn run(
@@ -995,6 +1053,24 @@ async fn run(
         "events, billing changes and {AUTOMATION_RUNS} automation runs written in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    let loaded = LoadedBook {
+        organization_id: org.organization_id,
+        api_key: org.api_key,
+        public_key: org.public_key,
+        automation_id,
+    };
+    measure_all(args, conn, label, &loaded).await
+}
+
+/// Serves the loaded database as `custintel serve` does and measures every case.
+async fn measure_all(
+    args: &ToolsBenchArgs,
+    conn: &DatabaseConnection,
+    label: &str,
+    loaded: &LoadedBook,
+) -> Result<()> {
+    let scale = Scale::of(args.customers);
+    println!("measuring on {label}");
 
     // Serve as `custintel serve` does on this database, and time its readiness.
     let started = Instant::now();
@@ -1034,14 +1110,14 @@ async fn run(
     let client = Client {
         http,
         base: base.clone(),
-        key: org.api_key.clone(),
+        key: loaded.api_key.clone(),
     };
     // A thousand facts and sources at random, for the exact look-ups.
     let random = || sea_orm::sea_query::Expr::cust("random()");
     let fact_ids: Vec<String> = entity::fact::Entity::find()
         .select_only()
         .column(entity::fact::Column::Id)
-        .filter(entity::fact::Column::OrganizationId.eq(&org.organization_id))
+        .filter(entity::fact::Column::OrganizationId.eq(&loaded.organization_id))
         .order_by(random(), sea_orm::Order::Asc)
         .limit(1_000)
         .into_tuple()
@@ -1053,7 +1129,7 @@ async fn run(
             entity::source::Column::SourceType,
             entity::source::Column::SourceId,
         ])
-        .filter(entity::source::Column::OrganizationId.eq(&org.organization_id))
+        .filter(entity::source::Column::OrganizationId.eq(&loaded.organization_id))
         .order_by(random(), sea_orm::Order::Asc)
         .limit(1_000)
         .into_tuple()
@@ -1085,7 +1161,7 @@ async fn run(
         scale,
         fact_ids,
         sources,
-        automation_id,
+        automation_id: loaded.automation_id.clone(),
         paying_cursor,
         tail_users_cursor,
     });
@@ -1095,7 +1171,7 @@ async fn run(
     let ingest = (args.with_ingest > 0).then(|| {
         spawn_ingest(
             base.clone(),
-            org.public_key.clone(),
+            loaded.public_key.clone(),
             args.with_ingest,
             scale.users,
             scale.customers,
