@@ -3,22 +3,22 @@
 //!
 //! Written so that each query is a plain range on an `(organization_id, [filter column,]
 //! last_activity_at, id)` index:
-//! - with `inactiveFor` (a time bound that keeps never-active rows), the page reads the
-//!   active rows first and the never-active rows only when the active ones run out, and the
-//!   total is counted as those two ranges, instead of one query whose `... OR
-//!   last_activity_at IS NULL` makes the database walk every recently active row;
+//! - with `inactiveFor` (a time bound that keeps never-active rows) and on every page after
+//!   the first, the page reads the active rows first and the never-active rows only when the
+//!   active ones run out, and the total is counted as two ranges, instead of one query whose
+//!   `... OR last_activity_at IS NULL` makes the database walk every recently active row;
 //! - the count runs beside the page on another pooled connection, not after it, and comes
 //!   from the trigger-kept counts when the list is filtered by a stage or status alone.
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    sea_query::{Expr, ExprTrait, NullOrdering},
-    ColumnTrait, Condition, DatabaseConnection, DbErr, EntityTrait, Order, QueryFilter, QueryOrder,
-    QuerySelect,
+    sea_query::{Expr, ExprTrait, NullOrdering, SimpleExpr},
+    ColumnTrait, Condition, DatabaseConnection, DbBackend, DbErr, EntityTrait, IdenStatic, Order,
+    QueryFilter, QueryOrder, QuerySelect,
 };
 
 use super::{
-    common::{after_desc_nullable, count_capped, count_examined, ListRequest, Total},
+    common::{count_capped, count_examined, ListRequest, Total},
     record_counts::{self, KeptTotal},
     ToolContext, ToolResult,
 };
@@ -33,6 +33,19 @@ pub struct ActivityRange {
 }
 
 impl ActivityRange {
+    /// The range as one condition on `activity`, for a list read another way than by walking
+    /// its activity index.
+    pub fn condition<C: ColumnTrait>(&self, activity: C) -> Condition {
+        let mut cond = Condition::all();
+        if let Some(t) = self.since {
+            cond = cond.add(activity.gte(t));
+        }
+        if let Some(t) = self.before {
+            cond = cond.add(Condition::any().add(activity.lt(t)).add(activity.is_null()));
+        }
+        cond
+    }
+
     /// A time bound that keeps never-active rows: the one case read as two ranges.
     fn is_split(&self) -> bool {
         self.before.is_some() && self.since.is_none()
@@ -43,12 +56,15 @@ impl ActivityRange {
 /// `filter` holds the conditions an index serves, `residual` those checked row by row (trait
 /// values, name substrings), whose total counts only the first rows `filter` selects
 /// ([`count_examined`]). `kept` names the trigger-kept total to use when the list has no other
-/// filter.
+/// filter. `counted`, when given, replaces `filter` in the total: the same conditions written
+/// so an index serves the count, where `filter` writes one so that no index serves it and the
+/// page walks the activity index (a wide revenue range: see `svc_list_customers`).
 #[allow(clippy::too_many_arguments)]
 pub async fn activity_page<E>(
     ctx: &ToolContext,
     req: &ListRequest,
     filter: Condition,
+    counted: Option<Condition>,
     residual: Option<Condition>,
     range: ActivityRange,
     kept: Option<KeptTotal>,
@@ -69,11 +85,23 @@ where
     }
     // The two ranges of a split list: `bounded` minus its never-active rows, and those.
     let active = bounded.clone().add(activity.is_not_null());
-    let never = filter.clone().add(activity.is_null());
+    let backend = db.get_database_backend();
+    let never = filter.clone().add(never_active::<E>(backend, activity));
     let with_residual = |c: &Condition| match &residual {
         Some(r) => c.clone().add(r.clone()),
         None => c.clone(),
     };
+    // The same ranges for the total, from `counted` when given.
+    let counted_filter = counted.unwrap_or_else(|| filter.clone());
+    let mut counted_bounded = counted_filter.clone();
+    if let Some(t) = range.since {
+        counted_bounded = counted_bounded.add(activity.gte(t));
+    }
+    if let Some(t) = range.before {
+        counted_bounded = counted_bounded.add(activity.lt(t));
+    }
+    let counted_active = counted_bounded.clone().add(activity.is_not_null());
+    let counted_never = counted_filter.add(never_active::<E>(backend, activity));
     let count = |served: Condition| {
         let residual = residual.clone();
         async move {
@@ -86,17 +114,19 @@ where
 
     let want = req.limit + 1;
     let rows = async {
-        if range.is_split() {
-            let (active, never) = (with_residual(&active), with_residual(&never));
-            split_page::<E>(db, req, &active, &never, want, activity, id).await
+        // Never-active rows follow the active ones unless the range starts at a time.
+        let never_rows = range.since.is_none().then(|| with_residual(&never));
+        if range.is_split() || req.cursor.is_some() {
+            // Two plain ranges: a cursor's `(time, id) < (t, id0) OR time IS NULL` as one
+            // condition is not a range, and the database would walk the page's rows from the
+            // start of the index.
+            let active = with_residual(&active);
+            split_page::<E>(db, req, &active, never_rows.as_ref(), want, activity, id).await
         } else {
-            // One range of the activity index (or whatever index the other filters favour):
-            // one query, in which SQLite's DESC order already puts NULLs last.
-            let mut query = E::find().filter(with_residual(&bounded));
-            if let Some(c) = &req.cursor {
-                query = query.filter(after_desc_nullable(activity, id, c.time(0)?, &c.text(1)?));
-            }
-            Ok(query
+            // The first page: one range of the activity index (or whatever index the other
+            // filters favour), in which SQLite's DESC order already puts NULLs last.
+            Ok(E::find()
+                .filter(with_residual(&bounded))
                 .order_by_with_nulls(activity, Order::Desc, NullOrdering::Last)
                 .order_by(id, Order::Desc)
                 .limit(want)
@@ -115,10 +145,10 @@ where
         }
         if range.is_split() {
             // Two ranges of the activity index, counted at once.
-            let (a, n) = tokio::try_join!(count(active.clone()), count(never.clone()))?;
+            let (a, n) = tokio::try_join!(count(counted_active), count(counted_never))?;
             Ok(a.plus(n))
         } else {
-            count(bounded.clone()).await
+            count(counted_bounded).await
         }
     };
     let (rows, total): (ToolResult<Vec<E::Model>>, Result<Total, DbErr>) =
@@ -126,14 +156,34 @@ where
     Ok((rows?, total?))
 }
 
-/// A page of `active` rows first and `never`-active rows after them: each one plain range of
-/// the activity index, where one query with `last_activity_at < ? OR last_activity_at IS NULL`
-/// would walk every recently active row first.
+/// `activity IS NULL`, the never-active rows. On SQLite with a hint of how many rows that is
+/// (`likelihood(..., 0.5)`): its statistics hold the average rows per value of an index's
+/// columns, which for a column of distinct times says that a `NULL` is one row or two, so
+/// the organization's activity index looked as good as a customer's (one row either way) for
+/// that customer's never-active users, and the planner took it and walked every never-active
+/// user of the organization. With the hint, a null is a large share of the rows an index's
+/// other columns select, and the index naming the customer wins. PostgreSQL keeps the share
+/// of nulls in its statistics.
+fn never_active<E: EntityTrait>(backend: DbBackend, activity: E::Column) -> SimpleExpr {
+    match backend {
+        DbBackend::Sqlite => Expr::cust(format!(
+            "likelihood(\"{}\".\"{}\" IS NULL, 0.5)",
+            E::default().table_name(),
+            activity.as_str()
+        )),
+        _ => activity.is_null(),
+    }
+}
+
+/// A page of `active` rows first and `never`-active rows after them (when the list keeps
+/// those): each one plain range of the activity index, where one query with
+/// `last_activity_at < ? OR last_activity_at IS NULL` would walk every recently active row
+/// first.
 async fn split_page<E>(
     db: &DatabaseConnection,
     req: &ListRequest,
     active: &Condition,
-    never: &Condition,
+    never: Option<&Condition>,
     want: u64,
     activity: E::Column,
     id: E::Column,
@@ -144,7 +194,7 @@ where
 {
     // Where the previous page ended: inside the active rows (a time) or the never-active ones.
     let (active_from, never_from) = match &req.cursor {
-        None => (Some(active.clone()), never.clone()),
+        None => (Some(active.clone()), never.cloned()),
         Some(c) => {
             let last_id = c.text(1)?;
             match c.time(0)? {
@@ -155,9 +205,9 @@ where
                                 .lt(Expr::tuple([Expr::val(t), Expr::val(last_id)])),
                         ),
                     ),
-                    never.clone(),
+                    never.cloned(),
                 ),
-                None => (None, never.clone().add(id.lt(last_id))),
+                None => (None, never.map(|n| n.clone().add(id.lt(last_id)))),
             }
         }
     };
@@ -175,7 +225,7 @@ where
         }
         None => Vec::new(),
     };
-    if (rows.len() as u64) < want {
+    if let Some(never_from) = never_from.filter(|_| (rows.len() as u64) < want) {
         let rest = E::find()
             .filter(never_from)
             .order_by(id, Order::Desc)

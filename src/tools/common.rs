@@ -245,7 +245,7 @@ where
 }
 
 /// Counts the rows `select` matches, stopping at `cap`.
-async fn count_up_to<E, C>(
+pub async fn count_up_to<E, C>(
     db: &C,
     select: sea_orm::Select<E>,
     cap: u64,
@@ -500,7 +500,7 @@ pub fn trait_equals(
 
 /// A trait value carried by at most this many records is rare: a list filtered by it reads
 /// its records from the trait index (`trait_values`) instead of checking traits row by row.
-pub const RARE_TRAIT_RECORDS: u64 = 2_000;
+pub const RARE_TRAIT_RECORDS: u64 = super::few_matches_page::FEW_MATCHES;
 
 /// A trait filter value as the trait index holds it: strings of up to 200 characters and
 /// booleans (see the `trait_values` migration); `None` for values it does not hold.
@@ -574,24 +574,6 @@ pub fn trait_filters(
         .flat_map(|m| m.iter())
         .map(|(k, v)| trait_equals(backend, table, k, v))
         .collect()
-}
-
-/// `column < t OR (column = t AND id < id0) OR column IS NULL` and friends: the keyset
-/// condition after `(t, id0)` in `ORDER BY column DESC NULLS LAST, id DESC`.
-pub fn after_desc_nullable<C: ColumnTrait>(
-    column: C,
-    id_column: C,
-    at: Option<DateTime<Utc>>,
-    id: &str,
-) -> sea_orm::Condition {
-    use sea_orm::Condition;
-    match at {
-        Some(t) => Condition::any()
-            .add(column.lt(t))
-            .add(Condition::all().add(column.eq(t)).add(id_column.lt(id)))
-            .add(column.is_null()),
-        None => Condition::all().add(column.is_null()).add(id_column.lt(id)),
-    }
 }
 
 /// The keyset condition after `(t, id0)` in `ORDER BY column DESC, id DESC` (not null).

@@ -3,8 +3,8 @@
 use chrono::Utc;
 use entity::customer::{Column, Entity};
 use sea_orm::{
-    sea_query::{Expr, SimpleExpr},
-    ColumnTrait, Condition, DbBackend,
+    sea_query::{Expr, ExprTrait, SimpleExpr},
+    ColumnTrait, Condition, DbBackend, EntityTrait, QueryFilter,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -12,9 +12,10 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange},
     common::{
-        check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
-        trait_filters, ListRequest,
+        check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
+        rare_trait_candidates, trait_filters, ListRequest,
     },
+    few_matches_page::{few_matches_page, FEW_MATCHES},
     record_counts::KeptTotal,
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,
@@ -74,19 +75,15 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(raw) = &input.inactive_for {
         range.before = Some(now - parse_duration("inactiveFor", raw)?);
     }
-    if let Some(min) = input.min_mrr_cents {
-        filter = filter.add(Column::MrrCents.gte(min));
-    }
-    if let Some(max) = input.max_mrr_cents {
-        filter = filter.add(Column::MrrCents.lte(max));
-    }
+    let revenue =
+        (input.min_mrr_cents.is_some() || input.max_mrr_cents.is_some()).then(|| Revenue {
+            min: input.min_mrr_cents,
+            max: input.max_mrr_cents,
+        });
     // Trait values and name substrings are checked row by row (no index holds them).
     let mut residual = Condition::all();
     for cond in trait_filters(ctx, "customers", &input.traits)? {
         residual = residual.add(cond);
-    }
-    if let Some(candidates) = rare_trait_candidates(ctx, "customers", &input.traits).await? {
-        filter = filter.add(candidates);
     }
     if let Some(name) = &input.name {
         residual = residual.add(contains_ci(Column::Name, name));
@@ -94,6 +91,30 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             filter = filter.add(candidates);
         }
     }
+    // Few matches (a rare trait value, a narrow revenue range): read those, then order them.
+    let rare_trait = rare_trait_candidates(ctx, "customers", &input.traits).await?;
+    let narrow_revenue = match (&rare_trait, &revenue) {
+        (None, Some(revenue)) => {
+            let matches = count_up_to(
+                &ctx.state.db,
+                Entity::find().filter(filter.clone().add(revenue.indexed())),
+                FEW_MATCHES + 1,
+            )
+            .await?;
+            matches <= FEW_MATCHES
+        }
+        _ => false,
+    };
+    let few = (rare_trait.is_some() || narrow_revenue).then(|| {
+        let mut served = filter.clone();
+        if let Some(candidates) = rare_trait {
+            served = served.add(candidates);
+        }
+        if let Some(revenue) = &revenue {
+            served = served.add(revenue.indexed());
+        }
+        served
+    });
     // Filtered by nothing but the counted column: the total is kept, not counted.
     let only_counted = input.active_within.is_none()
         && input.inactive_for.is_none()
@@ -105,17 +126,42 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         record: "customers",
         bucket: input.billing_status.map(BillingStatus::as_str),
     });
-    let (rows, total) = activity_page::<Entity>(
-        ctx,
-        &req,
-        filter,
-        (!residual.is_empty()).then_some(residual),
-        range,
-        kept,
-        Column::LastActivityAt,
-        Column::Id,
-    )
-    .await?;
+    let residual = (!residual.is_empty()).then_some(residual);
+    let (rows, total) = match (few, revenue) {
+        (Some(few), _) => {
+            let served = few.add(range.condition(Column::LastActivityAt));
+            few_matches_page::<Entity>(
+                ctx,
+                &req,
+                served,
+                residual,
+                Column::LastActivityAt,
+                Column::Id,
+            )
+            .await?
+        }
+        (None, revenue) => {
+            // Many matches: walking the activity index finds a page soon, while the revenue
+            // index would read and sort every match. The revenue range is written so that no
+            // index serves it on the page, and counted through the revenue index.
+            let counted = revenue.as_ref().map(|r| filter.clone().add(r.indexed()));
+            if let Some(r) = &revenue {
+                filter = filter.add(r.walked());
+            }
+            activity_page::<Entity>(
+                ctx,
+                &req,
+                filter,
+                counted,
+                residual,
+                range,
+                kept,
+                Column::LastActivityAt,
+                Column::Id,
+            )
+            .await?
+        }
+    };
     Ok(super::common::page(
         rows,
         &req,
@@ -124,6 +170,41 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         records::customer,
         input.fields.as_deref().map(|f| (f, CUSTOMER_IDS)),
     ))
+}
+
+/// A `minMrrCents` / `maxMrrCents` filter.
+struct Revenue {
+    min: Option<i64>,
+    max: Option<i64>,
+}
+
+impl Revenue {
+    /// The range as the revenue indexes serve it.
+    fn indexed(&self) -> Condition {
+        let mut cond = Condition::all();
+        if let Some(min) = self.min {
+            cond = cond.add(Column::MrrCents.gte(min));
+        }
+        if let Some(max) = self.max {
+            cond = cond.add(Column::MrrCents.lte(max));
+        }
+        cond
+    }
+
+    /// The range as no index serves it (`mrr_cents + 0`): checked on the rows (on SQLite, on
+    /// the activity index's entries, which hold the revenue) while the page walks the activity
+    /// index.
+    fn walked(&self) -> Condition {
+        let walked = || Expr::col((entity::customer::Entity, Column::MrrCents)).add(0);
+        let mut cond = Condition::all();
+        if let Some(min) = self.min {
+            cond = cond.add(walked().gte(min));
+        }
+        if let Some(max) = self.max {
+            cond = cond.add(walked().lte(max));
+        }
+        cond
+    }
 }
 
 /// On SQLite, `customers.id IN (ids whose name the trigram index matches)`: the lookup then

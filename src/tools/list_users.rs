@@ -12,6 +12,7 @@ use super::{
         check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
         resolve_customer, trait_filters, ListRequest,
     },
+    few_matches_page::few_matches_page,
     record_counts::KeptTotal,
     records::{self, USER_FIELDS, USER_IDS},
     ToolContext, ToolResult,
@@ -101,9 +102,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     for cond in trait_filters(ctx, "users", &input.traits)? {
         residual = residual.add(cond);
     }
-    if let Some(candidates) = rare_trait_candidates(ctx, "users", &input.traits).await? {
-        filter = filter.add(candidates);
-    }
+    let rare_trait = rare_trait_candidates(ctx, "users", &input.traits).await?;
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
@@ -122,17 +121,38 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         record: "users",
         bucket: input.stage.map(Stage::as_str),
     });
-    let (rows, total) = activity_page::<Entity>(
-        ctx,
-        &req,
-        filter,
-        (!residual.is_empty()).then_some(residual),
-        range,
-        kept,
-        Column::LastActivityAt,
-        Column::Id,
-    )
-    .await?;
+    let residual = (!residual.is_empty()).then_some(residual);
+    let (rows, total) = match rare_trait {
+        // A rare trait value: read its few users, then order them.
+        Some(candidates) => {
+            let served = filter
+                .add(candidates)
+                .add(range.condition(Column::LastActivityAt));
+            few_matches_page::<Entity>(
+                ctx,
+                &req,
+                served,
+                residual,
+                Column::LastActivityAt,
+                Column::Id,
+            )
+            .await?
+        }
+        None => {
+            activity_page::<Entity>(
+                ctx,
+                &req,
+                filter,
+                None,
+                residual,
+                range,
+                kept,
+                Column::LastActivityAt,
+                Column::Id,
+            )
+            .await?
+        }
+    };
     Ok(super::common::page(
         rows,
         &req,

@@ -5,6 +5,7 @@
 pub mod activity_page;
 pub mod allowance;
 pub mod common;
+pub mod few_matches_page;
 pub mod openapi;
 pub mod record_counts;
 pub mod records;

@@ -867,6 +867,133 @@ db_test!(
     }
 );
 
+/// Every page of `svc_list_customers`, following `nextCursor`, and the first page's
+/// pagination.
+async fn all_pages(app: &TestApp, key: &str, input: &Value) -> (Vec<String>, Value) {
+    let mut ids = Vec::new();
+    let mut input = input.clone();
+    input["limit"] = json!(400);
+    let mut first = None;
+    loop {
+        let r = tool(app, key, "svc_list_customers", input.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
+        ids.extend(field(&r, "id"));
+        first.get_or_insert_with(|| r.body["pagination"].clone());
+        if r.body["pagination"]["hasMore"] != true {
+            break;
+        }
+        input["cursor"] = r.body["pagination"]["nextCursor"].clone();
+    }
+    (ids, first.unwrap_or_default())
+}
+
+db_test!(
+    lists_agree_whichever_way_they_are_read,
+    |app: TestApp| async move {
+        // More customers than a list with few matches may have, so that wide revenue ranges
+        // walk the activity index and narrow ones read their matches and order them; both must
+        // give the same lists, in the same order, page after page.
+        let org = app.org("Revenue Book").await;
+        let other = app.org("Beside").await;
+        let times: Vec<String> = (0..40).map(ago).collect();
+        let book = |n: usize| {
+            (0..n)
+                .map(|c| {
+                    let status = if c % 2 == 0 { "PAYING" } else { "TRIALING" };
+                    let segment = if c % 1_000 == 7 { "rare" } else { "common" };
+                    let active = (c % 7 != 0).then(|| times[c % 40].clone());
+                    let region = ["EU", "NA", "APAC"][c % 3];
+                    json!({"kind": "customer", "domain": format!("r{c}.example.com"),
+                    "billingStatus": status, "mrrCents": c * 10,
+                    "traits": {"segment": segment, "region": region},
+                    "lastActivityAt": active})
+                    .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for (o, n) in [(&org, 6_000), (&other, 300)] {
+            let report = import::import_text(&app.db, &o.organization_id, &book(n))
+                .await
+                .expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        }
+        let rows = entity::customer::Entity::find()
+            .filter(entity::customer::Column::OrganizationId.eq(&org.organization_id))
+            .all(&app.db)
+            .await
+            .unwrap();
+        let now = Utc::now();
+        let cases: Vec<(Value, Box<dyn Fn(&entity::customer::Model) -> bool>)> = vec![
+            // Wide: 5,900 matches.
+            (json!({"minMrrCents": 1_000}), Box::new(|c| c.mrr_cents >= 1_000)),
+            // Narrow: 1,901 matches.
+            (
+                json!({"minMrrCents": 1_000, "maxMrrCents": 20_000}),
+                Box::new(|c| (1_000..=20_000).contains(&c.mrr_cents)),
+            ),
+            (
+                json!({"billingStatus": "PAYING", "minMrrCents": 1_000}),
+                Box::new(|c| c.billing_status == BillingStatus::Paying && c.mrr_cents >= 1_000),
+            ),
+            (
+                json!({"traits": {"segment": "rare"}}),
+                Box::new(|c| c.traits["segment"] == "rare"),
+            ),
+            (
+                json!({"traits": {"segment": "rare"}, "minMrrCents": 30_000}),
+                Box::new(|c| c.traits["segment"] == "rare" && c.mrr_cents >= 30_000),
+            ),
+            (
+                json!({"minMrrCents": 1_000, "traits": {"region": "EU"}}),
+                Box::new(|c| c.mrr_cents >= 1_000 && c.traits["region"] == "EU"),
+            ),
+            (
+                json!({"maxMrrCents": 20_000, "inactiveFor": "10d"}),
+                Box::new(move |c| {
+                    c.mrr_cents <= 20_000
+                        && c.last_activity_at.is_none_or(|t| t < now - Duration::days(10))
+                }),
+            ),
+            (
+                json!({"minMrrCents": 1_000, "inactiveFor": "10d", "traits": {"region": "NA"}}),
+                Box::new(move |c| {
+                    c.mrr_cents >= 1_000
+                        && c.traits["region"] == "NA"
+                        && c.last_activity_at.is_none_or(|t| t < now - Duration::days(10))
+                }),
+            ),
+            (
+                json!({"maxMrrCents": 5_000, "activeWithin": "20d"}),
+                Box::new(move |c| {
+                    c.mrr_cents <= 5_000
+                        && c.last_activity_at.is_some_and(|t| t >= now - Duration::days(20))
+                }),
+            ),
+        ];
+        for (input, keep) in cases {
+            let mut expected: Vec<&entity::customer::Model> =
+                rows.iter().filter(|c| keep(c)).collect();
+            expected.sort_by(|a, b| {
+                match (a.last_activity_at, b.last_activity_at) {
+                    (Some(x), Some(y)) => y.cmp(&x),
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (None, None) => std::cmp::Ordering::Equal,
+                }
+                .then_with(|| b.id.cmp(&a.id))
+            });
+            let expected: Vec<String> = expected.iter().map(|c| c.id.clone()).collect();
+            let (ids, pagination) = all_pages(&app, &org.api_key, &input).await;
+            assert_eq!(ids.len(), expected.len(), "{input}");
+            assert!(ids == expected, "{input}: the list's order differs");
+            if pagination["totalExact"] == true {
+                assert_eq!(pagination["total"], expected.len(), "{input}");
+            }
+        }
+    }
+);
+
 db_test!(get_timeline, |app: TestApp| async move {
     let org = app.org("Timeline Inc").await;
     seed(&app, &org.organization_id).await;

@@ -1,0 +1,150 @@
+//! Pages of customers or users whose matches are known to be few (a rare trait value, a
+//! narrow revenue range), most recently active first like every other page of those lists.
+//!
+//! Walking the activity index for such a list reads past every non-matching row until a page
+//! is found (at a match in a thousand, 50,000 rows for a page of 50), and an index on the rare
+//! filter gives its matches in the wrong order. So the matches' sort keys (`id`,
+//! `last_activity_at`) are read at once through the filter's index, ordered here, and only the
+//! page's rows are read: the cost follows the number of matches, which the caller has counted
+//! (at most [`FEW_MATCHES`]) before choosing this path.
+
+use std::{cmp::Ordering, collections::HashMap};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ColumnTrait, Condition, EntityTrait, ModelTrait, QueryFilter, QuerySelect};
+
+use super::{
+    common::{count_examined, ListRequest, Total},
+    ToolContext, ToolError, ToolResult,
+};
+
+/// Matches a filter may have for its list to be read by [`few_matches_page`].
+pub const FEW_MATCHES: u64 = 5_000;
+
+/// A page's sort key: last activity (`None`: never active) and id.
+type SortKey = (Option<DateTime<Utc>>, String);
+
+/// `a` before `b` in `last_activity_at DESC NULLS LAST, id DESC`.
+fn list_order(a: &SortKey, b: &SortKey) -> Ordering {
+    let by_time = match (&a.0, &b.0) {
+        (Some(x), Some(y)) => y.cmp(x),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    by_time.then_with(|| b.1.cmp(&a.1))
+}
+
+/// The page after `req.cursor` (up to `limit + 1` rows, so the caller can tell `hasMore`) of
+/// the rows `served` selects that also pass `residual`, and the first page's total. `served`
+/// holds the conditions an index answers, the one that makes the matches few among them;
+/// `residual` those checked row by row (other trait values, a name substring).
+pub async fn few_matches_page<E>(
+    ctx: &ToolContext,
+    req: &ListRequest,
+    served: Condition,
+    residual: Option<Condition>,
+    activity: E::Column,
+    id: E::Column,
+) -> ToolResult<(Vec<E::Model>, Total)>
+where
+    E: EntityTrait,
+    E::Model: Send + Sync,
+{
+    let db = &ctx.state.db;
+    let keys = async {
+        let mut keys: Vec<SortKey> = E::find()
+            .select_only()
+            .column(activity)
+            .column(id)
+            .filter(served.clone())
+            .into_tuple()
+            .all(db)
+            .await?;
+        keys.sort_by(list_order);
+        Ok::<_, sea_orm::DbErr>(keys)
+    };
+    let total = async {
+        match (&req.cursor, &residual) {
+            (Some(c), _) => Ok::<_, sea_orm::DbErr>(Some(c.total())),
+            (None, Some(r)) => Ok(Some(
+                count_examined::<E, _>(db, served.clone(), r.clone()).await?,
+            )),
+            // Every key read is a match: the total is their number.
+            (None, None) => Ok(None),
+        }
+    };
+    let (keys, total) = tokio::join!(keys, total);
+    let (keys, total) = (keys?, total?);
+    let total = total.unwrap_or(Total::exact(keys.len() as u64));
+
+    let start = match &req.cursor {
+        Some(c) => {
+            let after: SortKey = (c.time(0)?, c.text(1)?);
+            keys.partition_point(|k| list_order(k, &after) != Ordering::Greater)
+        }
+        None => 0,
+    };
+    // The page's rows in the list's order, read a page of keys at a time; a chunk's rows that
+    // fail the residual conditions are skipped and the next chunk read.
+    let want = req.limit as usize + 1;
+    let mut rows = Vec::with_capacity(want);
+    for keys in keys[start..].chunks(want) {
+        let mut query = E::find().filter(id.is_in(keys.iter().map(|(_, id)| id.clone())));
+        if let Some(r) = &residual {
+            query = query.filter(r.clone());
+        }
+        let mut by_id: HashMap<String, E::Model> = HashMap::new();
+        for row in query.all(db).await? {
+            let key = match row.get(id) {
+                sea_orm::Value::String(Some(s)) => s.to_string(),
+                other => {
+                    return Err(ToolError::Internal(format!(
+                        "a list's id is not text: {other:?}"
+                    )))
+                }
+            };
+            by_id.insert(key, row);
+        }
+        rows.extend(
+            keys.iter()
+                .filter_map(|(_, id)| by_id.remove(id))
+                .take(want - rows.len()),
+        );
+        if rows.len() == want {
+            break;
+        }
+    }
+    Ok((rows, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Option<DateTime<Utc>> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn order_is_most_recent_first_never_active_last_then_id_descending() {
+        let mut keys: Vec<SortKey> = vec![
+            (None, "a".into()),
+            (at("2026-01-01T00:00:00Z"), "a".into()),
+            (at("2026-02-01T00:00:00Z"), "a".into()),
+            (None, "b".into()),
+            (at("2026-01-01T00:00:00Z"), "b".into()),
+        ];
+        keys.sort_by(list_order);
+        assert_eq!(
+            keys,
+            vec![
+                (at("2026-02-01T00:00:00Z"), "a".into()),
+                (at("2026-01-01T00:00:00Z"), "b".into()),
+                (at("2026-01-01T00:00:00Z"), "a".into()),
+                (None, "b".into()),
+                (None, "a".into()),
+            ]
+        );
+    }
+}
