@@ -7,7 +7,7 @@ use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrde
 use serde_json::{json, Value};
 
 use super::{
-    common::{count_capped, key_time, Total},
+    common::{count_up_to, key_time, Total, EXACT_TOTAL_LIMIT},
     records, ToolContext, ToolResult,
 };
 
@@ -127,34 +127,36 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
         .add(window(source::Column::OccurredAt, w))
 }
 
-/// Entries in the whole window, each channel's table counted up to the exact-count limit.
+/// Entries in the whole window, counted up to the exact-count limit over all channels.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     let db = &ctx.state.db;
-    let mut total = Total::exact(0);
-    if w.channels.product {
-        total =
-            total.plus(count_capped(db, event::Entity::find().filter(event_filter(ctx, w))).await?);
+    let mut counted = 0u64;
+    // Each channel is counted up to what the cap leaves: past the cap the total is a lower
+    // bound anyway, so a customer with 100,000 events is not counted three times over.
+    let left = |counted: u64| EXACT_TOTAL_LIMIT + 1 - counted.min(EXACT_TOTAL_LIMIT + 1);
+    if w.channels.product && left(counted) > 0 {
+        counted +=
+            count_up_to(db, event::Entity::find().filter(event_filter(ctx, w)), left(counted))
+                .await?;
     }
-    if w.channels.billing {
-        total = total.plus(
-            count_capped(
-                db,
-                billing_change::Entity::find().filter(billing_filter(ctx, w)),
-            )
-            .await?,
-        );
+    if w.channels.billing && left(counted) > 0 {
+        counted += count_up_to(
+            db,
+            billing_change::Entity::find().filter(billing_filter(ctx, w)),
+            left(counted),
+        )
+        .await?;
     }
     let types = w.channels.source_types();
-    if !types.is_empty() {
-        total = total.plus(
-            count_capped(
-                db,
-                source::Entity::find().filter(source_filter(ctx, w, &types)),
-            )
-            .await?,
-        );
+    if !types.is_empty() && left(counted) > 0 {
+        counted += count_up_to(
+            db,
+            source::Entity::find().filter(source_filter(ctx, w, &types)),
+            left(counted),
+        )
+        .await?;
     }
-    Ok(total)
+    Ok(Total::capped(counted))
 }
 
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
