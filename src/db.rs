@@ -20,10 +20,14 @@ pub use sqlite_write_txn::SqliteWriteTxn;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
 
-/// How much of a SQLite file connections map into memory (`PRAGMA mmap_size`): scans of large
-/// tables then read the OS page cache directly. Mapped pages count toward the process's RSS
-/// but are the page cache's, not the process's own memory.
-pub const SQLITE_MMAP_BYTES: &str = "1073741824";
+/// How much of a SQLite file connections map into memory (`PRAGMA mmap_size`, 64 GiB: the
+/// whole file of a book of millions of customers): reads come from the OS page cache without a
+/// copy or a system call. It matters most because in WAL mode every write (a tool call's
+/// allowance, the ingest applier) makes each other connection discard its own page cache at
+/// its next read; pages outside the map are then read back one `pread` at a time. Mapped pages
+/// count toward the process's RSS but are the page cache's, not the process's own memory. The
+/// bundled SQLite is built with a cap this large (`.cargo/config.toml`).
+pub const SQLITE_MMAP_BYTES: &str = "68719476736";
 
 /// Page size of the SQLite files this creates (SQLite's default is 4 KiB). Each commit writes
 /// every page it dirtied to the WAL and a checkpoint copies it again: an apply of 5,000 events
@@ -260,6 +264,25 @@ pub fn spawn_wal_checkpointer(db: &DatabaseConnection) -> Option<tokio::task::Jo
 pub async fn migrate(db: &DatabaseConnection) -> anyhow::Result<()> {
     Migrator::up(db, None).await?;
     Ok(())
+}
+
+/// The file of a SQLite database; `None` on PostgreSQL and for an in-memory database.
+pub async fn sqlite_file(db: &DatabaseConnection) -> Result<Option<std::path::PathBuf>, DbErr> {
+    if db.get_database_backend() != sea_orm::DbBackend::Sqlite {
+        return Ok(None);
+    }
+    use sea_orm::ConnectionTrait;
+    let row = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Sqlite,
+            "SELECT file FROM pragma_database_list WHERE name = 'main'",
+        ))
+        .await?;
+    let file: Option<String> = match row {
+        Some(r) => r.try_get_by_index(0)?,
+        None => None,
+    };
+    Ok(file.filter(|f| !f.is_empty()).map(std::path::PathBuf::from))
 }
 
 /// Rewrites `?` placeholders as `$n` for PostgreSQL.

@@ -69,7 +69,7 @@ impl Journal {
     }
 
     async fn open(main: &DatabaseConnection, shared: bool) -> Result<Self, DbErr> {
-        let Some(path) = sqlite_file(main).await? else {
+        let Some(path) = crate::db::sqlite_file(main).await? else {
             return Ok(Self::InDatabase(main.clone()));
         };
         let path = own_file_path(&path);
@@ -143,24 +143,6 @@ async fn open_own_file(
         .map_err(|e| DbErr::Custom(format!("cannot open the ingest journal {url}: {e}")))?;
     prepare_own_file(main, &file).await?;
     Ok(file)
-}
-
-/// The file of a SQLite database; `None` on PostgreSQL and for an in-memory database.
-async fn sqlite_file(db: &DatabaseConnection) -> Result<Option<PathBuf>, DbErr> {
-    if db.get_database_backend() != DbBackend::Sqlite {
-        return Ok(None);
-    }
-    let row = db
-        .query_one_raw(Statement::from_string(
-            DbBackend::Sqlite,
-            "SELECT file FROM pragma_database_list WHERE name = 'main'",
-        ))
-        .await?;
-    let file: Option<String> = match row {
-        Some(r) => r.try_get_by_index(0)?,
-        None => None,
-    };
-    Ok(file.filter(|f| !f.is_empty()).map(PathBuf::from))
 }
 
 /// Creates the journal file's table, keeps its sequence above the applied mark (a journal file

@@ -1,8 +1,18 @@
 //! The plan's tool-call allowance: every call that reaches a tool counts toward the
 //! organization's calls in the current billing cycle (a calendar month, UTC).
+//!
+//! Where the counts are kept ([`usage_db`]): on a SQLite file, in a file of its own beside the
+//! database (`<file>.usage`). In WAL mode a connection that finds the database changed since
+//! its last read discards its page cache and unmaps the file, so one write to the main file
+//! per tool call made every other connection read its pages back for nearly every query (a
+//! third of the CPU time of `svc_get_customer` at a million customers went to that). A count
+//! in another file changes nothing the readers hold. On PostgreSQL (and an in-memory SQLite
+//! database) the counts are the database's `api_usage` table.
+
+use std::{collections::HashMap, path::PathBuf, sync::OnceLock};
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
-use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, Statement};
 
 use super::{ToolError, ToolResult};
 
@@ -27,6 +37,7 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
 /// conditional increment is one statement, so concurrent calls (also from several instances
 /// on one PostgreSQL database) never push the count past the limit.
 pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResult<()> {
+    let usage = usage_db(db).await?;
     let org = entity::organization::Entity::find_by_id(organization_id.to_string())
         .one(db)
         .await?
@@ -40,15 +51,16 @@ pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResu
     let counted = if limit < 1 {
         0
     } else {
-        db.execute_raw(Statement::from_sql_and_values(
-            backend,
-            "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 1) \
+        usage
+            .execute_raw(Statement::from_sql_and_values(
+                backend,
+                "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 1) \
              ON CONFLICT (organization_id, cycle) DO UPDATE SET calls = api_usage.calls + 1 \
              WHERE api_usage.calls < $3",
-            [organization_id.into(), cycle.into(), limit.into()],
-        ))
-        .await?
-        .rows_affected()
+                [organization_id.into(), cycle.into(), limit.into()],
+            ))
+            .await?
+            .rows_affected()
     };
     if counted == 1 {
         Ok(())
@@ -59,4 +71,73 @@ pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResu
             reset_at: next_cycle_start_ms(now),
         })
     }
+}
+
+/// The usage file of a SQLite database file.
+pub fn own_file_path(database_file: &std::path::Path) -> PathBuf {
+    let mut name = database_file.as_os_str().to_os_string();
+    name.push(".usage");
+    PathBuf::from(name)
+}
+
+/// Where `main`'s counts are kept: its usage file, opened (and created) on first use in this
+/// process, or `main` itself on PostgreSQL and for an in-memory database.
+pub async fn usage_db(main: &DatabaseConnection) -> Result<DatabaseConnection, DbErr> {
+    static OPENED: OnceLock<tokio::sync::Mutex<HashMap<PathBuf, DatabaseConnection>>> =
+        OnceLock::new();
+    let Some(path) = crate::db::sqlite_file(main).await? else {
+        return Ok(main.clone());
+    };
+    let path = own_file_path(&path);
+    let mut opened = OPENED.get_or_init(Default::default).lock().await;
+    if let Some(file) = opened.get(&path) {
+        return Ok(file.clone());
+    }
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let file = crate::db::connect(&url, None)
+        .await
+        .map_err(|e| DbErr::Custom(format!("cannot open the usage file {url}: {e}")))?;
+    prepare_own_file(main, &file).await?;
+    opened.insert(path, file.clone());
+    Ok(file)
+}
+
+/// Creates the usage file's table and moves in the counts an earlier version kept in the main
+/// file's `api_usage` (copied, keeping the larger count where the file has one, then deleted:
+/// a stop between the two copies them again, which the larger-count rule absorbs).
+async fn prepare_own_file(
+    main: &DatabaseConnection,
+    file: &DatabaseConnection,
+) -> Result<(), DbErr> {
+    file.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS api_usage (organization_id TEXT NOT NULL, \
+         cycle TEXT NOT NULL, calls INTEGER NOT NULL, PRIMARY KEY (organization_id, cycle))",
+    )
+    .await?;
+    let earlier = main
+        .query_all_raw(Statement::from_string(
+            DbBackend::Sqlite,
+            "SELECT organization_id, cycle, calls FROM api_usage",
+        ))
+        .await?;
+    if earlier.is_empty() {
+        return Ok(());
+    }
+    for row in &earlier {
+        let (org, cycle, calls): (String, String, i64) = (
+            row.try_get_by_index(0)?,
+            row.try_get_by_index(1)?,
+            row.try_get_by_index(2)?,
+        );
+        file.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            "INSERT INTO api_usage (organization_id, cycle, calls) VALUES (?, ?, ?) \
+             ON CONFLICT (organization_id, cycle) DO UPDATE SET \
+             calls = max(api_usage.calls, excluded.calls)",
+            [org.into(), cycle.into(), calls.into()],
+        ))
+        .await?;
+    }
+    main.execute_unprepared("DELETE FROM api_usage").await?;
+    Ok(())
 }

@@ -135,9 +135,12 @@ pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     // bound anyway, so a customer with 100,000 events is not counted three times over.
     let left = |counted: u64| EXACT_TOTAL_LIMIT + 1 - counted.min(EXACT_TOTAL_LIMIT + 1);
     if w.channels.product && left(counted) > 0 {
-        counted +=
-            count_up_to(db, event::Entity::find().filter(event_filter(ctx, w)), left(counted))
-                .await?;
+        counted += count_up_to(
+            db,
+            event::Entity::find().filter(event_filter(ctx, w)),
+            left(counted),
+        )
+        .await?;
     }
     if w.channels.billing && left(counted) > 0 {
         counted += count_up_to(

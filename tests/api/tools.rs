@@ -926,7 +926,10 @@ db_test!(
         let now = Utc::now();
         let cases: Vec<(Value, Box<dyn Fn(&entity::customer::Model) -> bool>)> = vec![
             // Wide: 5,900 matches.
-            (json!({"minMrrCents": 1_000}), Box::new(|c| c.mrr_cents >= 1_000)),
+            (
+                json!({"minMrrCents": 1_000}),
+                Box::new(|c| c.mrr_cents >= 1_000),
+            ),
             // Narrow: 1,901 matches.
             (
                 json!({"minMrrCents": 1_000, "maxMrrCents": 20_000}),
@@ -952,7 +955,8 @@ db_test!(
                 json!({"maxMrrCents": 20_000, "inactiveFor": "10d"}),
                 Box::new(move |c| {
                     c.mrr_cents <= 20_000
-                        && c.last_activity_at.is_none_or(|t| t < now - Duration::days(10))
+                        && c.last_activity_at
+                            .is_none_or(|t| t < now - Duration::days(10))
                 }),
             ),
             (
@@ -960,14 +964,16 @@ db_test!(
                 Box::new(move |c| {
                     c.mrr_cents >= 1_000
                         && c.traits["region"] == "NA"
-                        && c.last_activity_at.is_none_or(|t| t < now - Duration::days(10))
+                        && c.last_activity_at
+                            .is_none_or(|t| t < now - Duration::days(10))
                 }),
             ),
             (
                 json!({"maxMrrCents": 5_000, "activeWithin": "20d"}),
                 Box::new(move |c| {
                     c.mrr_cents <= 5_000
-                        && c.last_activity_at.is_some_and(|t| t >= now - Duration::days(20))
+                        && c.last_activity_at
+                            .is_some_and(|t| t >= now - Duration::days(20))
                 }),
             ),
         ];
@@ -1372,6 +1378,48 @@ db_test!(call_errors, |app: TestApp| async move {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 });
 
+db_test!(
+    allowance_counted_before_an_upgrade_still_counts,
+    |app: TestApp| async move {
+        // An earlier version counted in the main file's `api_usage`; on SQLite the counts now
+        // live in a file of their own, and the first call moves them there.
+        let org = custintel::ops::admin::create_org(
+            &app.db,
+            custintel::ops::admin::NewOrganization {
+                name: "Upgraded".into(),
+                plan: custintel::ops::admin::Plan::Free,
+                api_call_limit: Some(3),
+                connection_limit: None,
+                ingest_rate_limit: None,
+                tracking_domains: vec![],
+            },
+        )
+        .await
+        .unwrap();
+        entity::api_usage::ActiveModel {
+            organization_id: Set(org.organization_id.clone()),
+            cycle: Set(custintel::tools::allowance::cycle_of(Utc::now())),
+            calls: Set(2),
+        }
+        .insert(&app.db)
+        .await
+        .unwrap();
+        let k = &org.api_key;
+        let r = tool(&app, k, "svc_list_customers", json!({})).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let r = tool(&app, k, "svc_list_customers", json!({})).await;
+        assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED, "{}", r.body);
+        let usage = custintel::tools::allowance::usage_db(&app.db).await.unwrap();
+        let counted = entity::api_usage::Entity::find()
+            .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
+            .one(&usage)
+            .await
+            .unwrap()
+            .expect("usage row");
+        assert_eq!(counted.calls, 3);
+    }
+);
+
 db_test!(allowance, |app: TestApp| async move {
     let org = custintel::ops::admin::create_org(
         &app.db,
@@ -1429,7 +1477,7 @@ db_test!(allowance, |app: TestApp| async move {
     assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
     let usage = entity::api_usage::Entity::find()
         .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-        .one(&app.db)
+        .one(&custintel::tools::allowance::usage_db(&app.db).await.unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -1495,7 +1543,7 @@ db_test!(allowance_under_concurrency, |app: TestApp| async move {
     );
     let usage = entity::api_usage::Entity::find()
         .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-        .one(&app.db)
+        .one(&custintel::tools::allowance::usage_db(&app.db).await.unwrap())
         .await
         .unwrap()
         .unwrap();
