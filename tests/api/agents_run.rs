@@ -181,7 +181,11 @@ llm_test!(
         // The call counted toward the allowance, as through POST /api/tools/call.
         let usage = entity::api_usage::Entity::find()
             .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-            .one(&custintel::tools::allowance::usage_db(&app.db).await.unwrap())
+            .one(
+                &custintel::tools::allowance::usage_db(&app.db)
+                    .await
+                    .unwrap(),
+            )
             .await
             .unwrap()
             .expect("usage row");

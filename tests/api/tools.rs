@@ -1409,7 +1409,9 @@ db_test!(
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         let r = tool(&app, k, "svc_list_customers", json!({})).await;
         assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED, "{}", r.body);
-        let usage = custintel::tools::allowance::usage_db(&app.db).await.unwrap();
+        let usage = custintel::tools::allowance::usage_db(&app.db)
+            .await
+            .unwrap();
         let counted = entity::api_usage::Entity::find()
             .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
             .one(&usage)
@@ -1477,7 +1479,11 @@ db_test!(allowance, |app: TestApp| async move {
     assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
     let usage = entity::api_usage::Entity::find()
         .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-        .one(&custintel::tools::allowance::usage_db(&app.db).await.unwrap())
+        .one(
+            &custintel::tools::allowance::usage_db(&app.db)
+                .await
+                .unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -1543,7 +1549,11 @@ db_test!(allowance_under_concurrency, |app: TestApp| async move {
     );
     let usage = entity::api_usage::Entity::find()
         .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-        .one(&custintel::tools::allowance::usage_db(&app.db).await.unwrap())
+        .one(
+            &custintel::tools::allowance::usage_db(&app.db)
+                .await
+                .unwrap(),
+        )
         .await
         .unwrap()
         .unwrap();
