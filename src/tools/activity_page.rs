@@ -46,6 +46,18 @@ impl ActivityRange {
         cond
     }
 
+    /// `cond` within the range's time bounds, never-active rows left out (the split pages read
+    /// those apart).
+    fn bound<C: ColumnTrait>(&self, mut cond: Condition, activity: C) -> Condition {
+        if let Some(t) = self.since {
+            cond = cond.add(activity.gte(t));
+        }
+        if let Some(t) = self.before {
+            cond = cond.add(activity.lt(t));
+        }
+        cond
+    }
+
     /// A time bound that keeps never-active rows: the one case read as two ranges.
     fn is_split(&self) -> bool {
         self.before.is_some() && self.since.is_none()
@@ -76,13 +88,7 @@ where
     E::Model: Send + Sync,
 {
     let db = &ctx.state.db;
-    let mut bounded = filter.clone();
-    if let Some(t) = range.since {
-        bounded = bounded.add(activity.gte(t));
-    }
-    if let Some(t) = range.before {
-        bounded = bounded.add(activity.lt(t));
-    }
+    let bounded = range.bound(filter.clone(), activity);
     // The two ranges of a split list: `bounded` minus its never-active rows, and those.
     let active = bounded.clone().add(activity.is_not_null());
     let backend = db.get_database_backend();
@@ -93,13 +99,7 @@ where
     };
     // The same ranges for the total, from `counted` when given.
     let counted_filter = counted.unwrap_or_else(|| filter.clone());
-    let mut counted_bounded = counted_filter.clone();
-    if let Some(t) = range.since {
-        counted_bounded = counted_bounded.add(activity.gte(t));
-    }
-    if let Some(t) = range.before {
-        counted_bounded = counted_bounded.add(activity.lt(t));
-    }
+    let counted_bounded = range.bound(counted_filter.clone(), activity);
     let counted_active = counted_bounded.clone().add(activity.is_not_null());
     let counted_never = counted_filter.add(never_active::<E>(backend, activity));
     let count = |served: Condition| {

@@ -1378,24 +1378,33 @@ db_test!(call_errors, |app: TestApp| async move {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 });
 
+/// A Free organization allowed `limit` tool calls a cycle.
+async fn free_org(
+    app: &TestApp,
+    name: &str,
+    limit: i64,
+) -> custintel::ops::admin::CreatedOrganization {
+    custintel::ops::admin::create_org(
+        &app.db,
+        custintel::ops::admin::NewOrganization {
+            name: name.into(),
+            plan: custintel::ops::admin::Plan::Free,
+            api_call_limit: Some(limit),
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec![],
+        },
+    )
+    .await
+    .unwrap()
+}
+
 db_test!(
     allowance_counted_before_an_upgrade_still_counts,
     |app: TestApp| async move {
         // An earlier version counted in the main file's `api_usage`; on SQLite the counts now
         // live in a file of their own, and the first call moves them there.
-        let org = custintel::ops::admin::create_org(
-            &app.db,
-            custintel::ops::admin::NewOrganization {
-                name: "Upgraded".into(),
-                plan: custintel::ops::admin::Plan::Free,
-                api_call_limit: Some(3),
-                connection_limit: None,
-                ingest_rate_limit: None,
-                tracking_domains: vec![],
-            },
-        )
-        .await
-        .unwrap();
+        let org = free_org(&app, "Upgraded", 3).await;
         entity::api_usage::ActiveModel {
             organization_id: Set(org.organization_id.clone()),
             cycle: Set(custintel::tools::allowance::cycle_of(Utc::now())),
@@ -1423,19 +1432,7 @@ db_test!(
 );
 
 db_test!(allowance, |app: TestApp| async move {
-    let org = custintel::ops::admin::create_org(
-        &app.db,
-        custintel::ops::admin::NewOrganization {
-            name: "Small Plan".into(),
-            plan: custintel::ops::admin::Plan::Free,
-            api_call_limit: Some(3),
-            connection_limit: None,
-            ingest_rate_limit: None,
-            tracking_domains: vec![],
-        },
-    )
-    .await
-    .unwrap();
+    let org = free_org(&app, "Small Plan", 3).await;
     let k = &org.api_key;
     // Refused before the tool runs: not counted.
     let r = tool(&app, k, "svc_list_customers", json!({"limit": 5000})).await;
