@@ -88,20 +88,25 @@ where
     E::Model: Send + Sync,
 {
     let db = &ctx.state.db;
-    let bounded = range.bound(filter.clone(), activity);
-    // The two ranges of a split list: `bounded` minus its never-active rows, and those.
-    let active = bounded.clone().add(activity.is_not_null());
     let backend = db.get_database_backend();
-    let never = filter.clone().add(never_active::<E>(backend, activity));
+    // A condition within the range, and the two ranges of a split list: that minus its
+    // never-active rows, and those.
+    let ranges = |base: &Condition| {
+        let bounded = range.bound(base.clone(), activity);
+        let active = bounded.clone().add(activity.is_not_null());
+        let never = base.clone().add(never_active::<E>(backend, activity));
+        (bounded, active, never)
+    };
+    let (bounded, active, never) = ranges(&filter);
     let with_residual = |c: &Condition| match &residual {
         Some(r) => c.clone().add(r.clone()),
         None => c.clone(),
     };
     // The same ranges for the total, from `counted` when given.
-    let counted_filter = counted.unwrap_or_else(|| filter.clone());
-    let counted_bounded = range.bound(counted_filter.clone(), activity);
-    let counted_active = counted_bounded.clone().add(activity.is_not_null());
-    let counted_never = counted_filter.add(never_active::<E>(backend, activity));
+    let (counted_bounded, counted_active, counted_never) = match &counted {
+        Some(c) => ranges(c),
+        None => (bounded.clone(), active.clone(), never.clone()),
+    };
     let count = |served: Condition| {
         let residual = residual.clone();
         async move {

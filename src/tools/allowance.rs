@@ -81,24 +81,35 @@ pub fn own_file_path(database_file: &std::path::Path) -> PathBuf {
 }
 
 /// Where `main`'s counts are kept: its usage file, opened (and created) on first use in this
-/// process, or `main` itself on PostgreSQL and for an in-memory database.
+/// process, or `main` itself on PostgreSQL and for an in-memory database. Found once per
+/// database and remembered: the allowance is on every tool call's path.
 pub async fn usage_db(main: &DatabaseConnection) -> Result<DatabaseConnection, DbErr> {
-    static OPENED: OnceLock<tokio::sync::Mutex<HashMap<PathBuf, DatabaseConnection>>> =
+    /// By the name the pool was opened with: the usage file's pool, or `None` for an
+    /// in-memory database.
+    static OPENED: OnceLock<tokio::sync::Mutex<HashMap<PathBuf, Option<DatabaseConnection>>>> =
         OnceLock::new();
+    if main.get_database_backend() != DbBackend::Sqlite {
+        return Ok(main.clone());
+    }
+    let opened_as = main
+        .get_sqlite_connection_pool()
+        .connect_options()
+        .get_filename()
+        .to_path_buf();
+    let mut opened = OPENED.get_or_init(Default::default).lock().await;
+    if let Some(usage) = opened.get(&opened_as) {
+        return Ok(usage.clone().unwrap_or_else(|| main.clone()));
+    }
     let Some(path) = crate::db::sqlite_file(main).await? else {
+        opened.insert(opened_as, None);
         return Ok(main.clone());
     };
-    let path = own_file_path(&path);
-    let mut opened = OPENED.get_or_init(Default::default).lock().await;
-    if let Some(file) = opened.get(&path) {
-        return Ok(file.clone());
-    }
-    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let url = format!("sqlite://{}?mode=rwc", own_file_path(&path).display());
     let file = crate::db::connect(&url, None)
         .await
         .map_err(|e| DbErr::Custom(format!("cannot open the usage file {url}: {e}")))?;
     prepare_own_file(main, &file).await?;
-    opened.insert(path, file.clone());
+    opened.insert(opened_as, Some(file.clone()));
     Ok(file)
 }
 
