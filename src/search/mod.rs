@@ -4,6 +4,7 @@
 //! `seq`), so a write through any instance becomes searchable through every instance within
 //! a poll interval, and a restarted instance rebuilds the same index from the database.
 
+mod filtered_top;
 mod passages;
 
 use std::{
@@ -27,7 +28,7 @@ use tantivy::{
         STORED, STRING,
     },
     tokenizer::TextAnalyzer,
-    Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term,
+    Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
 };
 
 pub use passages::best_passages;
@@ -44,6 +45,8 @@ const MAX_GAPS: usize = 10_000;
 /// Only facts in this status are searchable: superseded and retracted facts are not current
 /// knowledge about a customer.
 const SEARCHABLE_FACT_STATUS: FactStatus = FactStatus::Active;
+/// The field holding when an artifact occurred (Unix milliseconds).
+const OCCURRED_MS: &str = "occurred_ms";
 /// Title matches weigh more than body matches.
 const TITLE_BOOST: f32 = 2.0;
 
@@ -155,7 +158,7 @@ impl SearchIndex {
             organization: builder.add_text_field("organization", STRING),
             customer: builder.add_text_field("customer", STRING),
             source_type: builder.add_text_field("source_type", STRING),
-            occurred_ms: builder.add_i64_field("occurred_ms", INDEXED | FAST),
+            occurred_ms: builder.add_i64_field(OCCURRED_MS, INDEXED | FAST),
             title: builder.add_text_field("title", text.clone()),
             body: builder.add_text_field("body", text),
         };
@@ -237,6 +240,11 @@ impl SearchIndex {
         self.inner.catch_up().await
     }
 
+    /// Bytes the index's segments hold (the index lives in memory).
+    pub fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
     /// Query words as the index analyses them (lower-cased, stemmed), without repeats.
     pub fn analyze(&self, text: &str) -> Vec<String> {
         analyze(&self.inner.analyzer, text)
@@ -249,6 +257,17 @@ impl SearchIndex {
         text: &str,
         filter: &SearchFilter,
         limit: usize,
+    ) -> anyhow::Result<Vec<Hit>> {
+        self.search_with(text, filter, limit, None)
+    }
+
+    /// [`SearchIndex::search`], by the given strategy or else the cheaper one.
+    fn search_with(
+        &self,
+        text: &str,
+        filter: &SearchFilter,
+        limit: usize,
+        strategy: Option<Strategy>,
     ) -> anyhow::Result<Vec<Hit>> {
         let inner = &self.inner;
         let f = &inner.fields;
@@ -274,7 +293,70 @@ impl SearchIndex {
                 )),
             ));
         }
-        // Filters match or not; they add nothing to the score.
+        let words = BooleanQuery::new(text_clauses);
+        let searcher = inner.reader.searcher();
+        let strategy = match strategy {
+            Some(s) => s,
+            None => self.strategy(&searcher, filter)?,
+        };
+        let top = match strategy {
+            Strategy::Intersect => {
+                let query = self.filtered(words, filter);
+                searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?
+            }
+            Strategy::PruneThenCheck => {
+                filtered_top::top_docs(&searcher, &words, &self.term_filter(filter), limit)?
+            }
+        };
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let Some(key) = doc.get_first(f.key).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            if let Some((kind, id)) = key
+                .split_once(':')
+                .and_then(|(k, id)| ArtifactKind::parse(k).map(|k| (k, id.to_string())))
+            {
+                hits.push(Hit { kind, id, score });
+            }
+        }
+        Ok(hits)
+    }
+}
+
+/// How a search finds its best documents (both give the same answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strategy {
+    /// Score every document that has a query word and passes the filter: cheap when the
+    /// filter lets few documents through.
+    Intersect,
+    /// Score the words alone, skipping what cannot reach the best `k`, and check the filter
+    /// on what is left (`filtered_top`): cheap when most documents pass the filter.
+    PruneThenCheck,
+}
+
+impl SearchIndex {
+    /// Prunes first when no customer is named and the organization holds at least half of
+    /// the index (one large organization beside small ones).
+    fn strategy(&self, searcher: &Searcher, filter: &SearchFilter) -> anyhow::Result<Strategy> {
+        if filter.customer_id.is_some() {
+            return Ok(Strategy::Intersect);
+        }
+        let organization =
+            Term::from_field_text(self.inner.fields.organization, &filter.organization_id);
+        let share = searcher.doc_freq(&organization)?;
+        Ok(if share.saturating_mul(2) >= searcher.num_docs() {
+            Strategy::PruneThenCheck
+        } else {
+            Strategy::Intersect
+        })
+    }
+
+    /// The words intersected with the filter; filters match or not and add nothing to the
+    /// score.
+    fn filtered(&self, words: BooleanQuery, filter: &SearchFilter) -> BooleanQuery {
+        let f = &self.inner.fields;
         let exact = |field: Field, value: &str| -> Box<dyn Query> {
             Box::new(ConstScoreQuery::new(
                 Box::new(TermQuery::new(
@@ -285,7 +367,7 @@ impl SearchIndex {
             ))
         };
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![
-            (Occur::Must, Box::new(BooleanQuery::new(text_clauses))),
+            (Occur::Must, Box::new(words)),
             (Occur::Must, exact(f.organization, &filter.organization_id)),
         ];
         if let Some(customer) = &filter.customer_id {
@@ -311,23 +393,28 @@ impl SearchIndex {
                 )),
             ));
         }
-        let query = BooleanQuery::new(clauses);
-        let searcher = inner.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(limit).order_by_score())?;
-        let mut hits = Vec::with_capacity(top.len());
-        for (score, address) in top {
-            let doc: TantivyDocument = searcher.doc(address)?;
-            let Some(key) = doc.get_first(f.key).and_then(|v| v.as_str()) else {
-                continue;
-            };
-            if let Some((kind, id)) = key
-                .split_once(':')
-                .and_then(|(k, id)| ArtifactKind::parse(k).map(|k| (k, id.to_string())))
-            {
-                hits.push(Hit { kind, id, score });
-            }
+        BooleanQuery::new(clauses)
+    }
+
+    /// The filter as terms to check document by document.
+    fn term_filter(&self, filter: &SearchFilter) -> filtered_top::TermFilter<'static> {
+        let f = &self.inner.fields;
+        let mut required = vec![Term::from_field_text(
+            f.organization,
+            &filter.organization_id,
+        )];
+        if let Some(customer) = &filter.customer_id {
+            required.push(Term::from_field_text(f.customer, customer));
         }
-        Ok(hits)
+        filtered_top::TermFilter {
+            required,
+            any_of: filter
+                .source_types
+                .iter()
+                .map(|t| Term::from_field_text(f.source_type, t))
+                .collect(),
+            at_least: filter.after_ms.map(|after| (OCCURRED_MS, after)),
+        }
     }
 }
 
@@ -413,6 +500,13 @@ fn artifact_key(kind: ArtifactKind, id: &str) -> String {
 }
 
 impl Inner {
+    fn memory_bytes(&self) -> u64 {
+        self.reader
+            .searcher()
+            .space_usage()
+            .map_or(0, |usage| usage.total().get_bytes())
+    }
+
     fn document(&self, d: &IndexDoc) -> TantivyDocument {
         let f = &self.fields;
         let mut doc = TantivyDocument::default();
@@ -520,6 +614,7 @@ impl Inner {
         tracing::info!(
             artifacts = count,
             elapsed_ms = started.elapsed().as_millis() as u64,
+            memory = %crate::memory::MemoryReport::with_search_index(self.memory_bytes()),
             "search index built"
         );
         Ok(())
@@ -708,4 +803,144 @@ pub async fn record_change(
     .insert(txn)
     .await?;
     Ok(row.seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Documents of a large organization and a small one, with repeated texts (equal scores),
+    /// several segments, deletions, every source type and a spread of dates.
+    fn index_with_two_organizations() -> SearchIndex {
+        let db = sea_orm::DatabaseConnection::default();
+        let index = SearchIndex::new(db).expect("index");
+        let words = [
+            "renewal", "pricing", "outage", "seats", "contract", "budget",
+        ];
+        let types = ["CALL", "EMAIL", "SUPPORT_TICKET", "OPPORTUNITY"];
+        for segment in 0..4 {
+            let docs: Vec<IndexDoc> = (0..600)
+                .map(|i| {
+                    let n = segment * 600 + i;
+                    let organization = if n % 10 == 0 { "small" } else { "large" };
+                    let pick = |k: usize| words[(n * k + segment) % words.len()];
+                    IndexDoc {
+                        key: artifact_key(ArtifactKind::Source, &format!("s{n}")),
+                        organization_id: organization.into(),
+                        customer_id: Some(format!("c{}", n % 7)),
+                        source_type: types[n % types.len()].into(),
+                        occurred_ms: (n as i64 % 50) * 1_000,
+                        title: format!("{} {}", pick(1), pick(3)),
+                        body: format!("{} {} {} notes", pick(5), pick(7), pick(2))
+                            .repeat(1 + n % 3),
+                    }
+                })
+                .collect();
+            index.inner.replace(&[], &docs, true).expect("add");
+        }
+        let gone: Vec<String> = (0..2400)
+            .step_by(13)
+            .map(|n| artifact_key(ArtifactKind::Source, &format!("s{n}")))
+            .collect();
+        index.inner.replace(&gone, &[], true).expect("delete");
+        index
+    }
+
+    /// The same hits but for float rounding: the two ways add a document's term scores in
+    /// different orders, so equal scores may differ in the last bits, and documents whose
+    /// scores tie may come in another order, or trade places at the end of the list.
+    fn same_hits(a: &[Hit], b: &[Hit], case: &str) {
+        let close = |x: f32, y: f32| (x - y).abs() <= 1e-4 * x.abs().max(1.0);
+        assert_eq!(a.len(), b.len(), "{case}: hit counts");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                close(x.score, y.score),
+                "{case}: score {i}: {x:?} against {y:?}"
+            );
+        }
+        let Some(last) = a.last().map(|h| h.score) else {
+            return;
+        };
+        let clear = |hits: &[Hit]| -> std::collections::BTreeSet<String> {
+            hits.iter()
+                .filter(|h| !close(h.score, last))
+                .map(|h| h.id.clone())
+                .collect()
+        };
+        assert_eq!(clear(a), clear(b), "{case}: hits above the last score");
+    }
+
+    #[test]
+    fn pruning_then_checking_finds_what_intersecting_finds() {
+        let index = index_with_two_organizations();
+        let filters = [
+            SearchFilter {
+                organization_id: "large".into(),
+                ..Default::default()
+            },
+            SearchFilter {
+                organization_id: "small".into(),
+                ..Default::default()
+            },
+            SearchFilter {
+                organization_id: "nobody".into(),
+                ..Default::default()
+            },
+            SearchFilter {
+                organization_id: "large".into(),
+                source_types: vec!["EMAIL".into(), "OPPORTUNITY".into()],
+                ..Default::default()
+            },
+            SearchFilter {
+                organization_id: "large".into(),
+                after_ms: Some(30_000),
+                customer_id: Some("c3".into()),
+                ..Default::default()
+            },
+            SearchFilter {
+                organization_id: "large".into(),
+                source_types: vec!["CALENDAR_EVENT".into()],
+                ..Default::default()
+            },
+        ];
+        let mut compared = 0;
+        for filter in &filters {
+            for text in [
+                "renewal",
+                "pricing outage",
+                "seats budget contract",
+                "notes",
+            ] {
+                for limit in [1, 10, 50, 5000] {
+                    let intersect = index
+                        .search_with(text, filter, limit, Some(Strategy::Intersect))
+                        .expect("intersect");
+                    let pruned = index
+                        .search_with(text, filter, limit, Some(Strategy::PruneThenCheck))
+                        .expect("prune");
+                    same_hits(&intersect, &pruned, &format!("{text:?} {filter:?} {limit}"));
+                    compared += intersect.len();
+                }
+            }
+        }
+        assert!(
+            compared > 10_000,
+            "the filters found too little to compare: {compared}"
+        );
+    }
+
+    #[test]
+    fn the_large_organization_prunes_and_the_small_one_intersects() {
+        let index = index_with_two_organizations();
+        let searcher = index.inner.reader.searcher();
+        let of = |organization: &str, customer: Option<&str>| SearchFilter {
+            organization_id: organization.into(),
+            customer_id: customer.map(Into::into),
+            ..Default::default()
+        };
+        let strategy = |f: SearchFilter| index.strategy(&searcher, &f).expect("strategy");
+        assert_eq!(strategy(of("large", None)), Strategy::PruneThenCheck);
+        assert_eq!(strategy(of("small", None)), Strategy::Intersect);
+        assert_eq!(strategy(of("large", Some("c1"))), Strategy::Intersect);
+    }
 }
