@@ -18,6 +18,7 @@ pub mod db;
 pub mod engine;
 pub mod ingest;
 pub mod integrations;
+pub mod memory;
 pub mod notify;
 pub mod platform;
 pub mod search;

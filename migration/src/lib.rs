@@ -20,6 +20,7 @@ mod m20261126_010000_drop_user_event_index;
 mod m20261126_020000_reads_at_scale_indexes;
 mod m20261126_030000_trait_values;
 mod m20261126_040000_revenue_keys_indexes;
+mod m20261126_050000_record_totals_revenue;
 
 pub struct Migrator;
 
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_020000_reads_at_scale_indexes::Migration),
             Box::new(m20261126_030000_trait_values::Migration),
             Box::new(m20261126_040000_revenue_keys_indexes::Migration),
+            Box::new(m20261126_050000_record_totals_revenue::Migration),
         ]
     }
 }

@@ -1,6 +1,7 @@
 //! `GET /metrics` in the Prometheus text format: requests by operation and status with latency
 //! histograms (counted by a middleware), and, read when scraped, ingest counters and effects lag,
-//! background queues, notification deliveries by outcome and database pool usage.
+//! background queues, notification deliveries by outcome, database pool usage and the
+//! process's memory by part.
 //!
 //! Labels never carry an organization or a raw path: an operation is the API's `operationId`
 //! (or a fixed name for the few routes outside the description), so the series stay few and
@@ -19,7 +20,7 @@ use prometheus::{
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 
-use crate::ingest::stats;
+use crate::{ingest::stats, state::AppState};
 use entity::notification_delivery::DeliveryStatus;
 
 /// The process's metrics registered once.
@@ -31,6 +32,7 @@ struct Metrics {
     queue: IntGaugeVec,
     deliveries: IntGaugeVec,
     pool: IntGaugeVec,
+    memory: IntGaugeVec,
     /// Ingest counters already copied into `ingest_events` (the counters live in `stats`).
     copied: Mutex<[u64; 4]>,
 }
@@ -92,6 +94,18 @@ fn metrics() -> &'static Metrics {
             &["state"],
         )
         .expect("valid metric");
+        let memory = IntGaugeVec::new(
+            Opts::new(
+                "custintel_memory_bytes",
+                "Resident memory by part: process_own (the process's own pages: heap, the \
+                 search replica, the messageId window), mapped_database (the database file's \
+                 pages mapped by SQLite connections: the OS page cache, counted once per \
+                 connection that maps them), search_index (the in-memory search replica) and \
+                 message_window (the in-memory messageId window, SQLite).",
+            ),
+            &["part"],
+        )
+        .expect("valid metric");
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(latency.clone()),
@@ -99,6 +113,7 @@ fn metrics() -> &'static Metrics {
             Box::new(queue.clone()),
             Box::new(deliveries.clone()),
             Box::new(pool.clone()),
+            Box::new(memory.clone()),
         ] {
             registry
                 .register(collector)
@@ -112,6 +127,7 @@ fn metrics() -> &'static Metrics {
             queue,
             deliveries,
             pool,
+            memory,
             copied: Mutex::new([0; 4]),
         }
     })
@@ -156,13 +172,18 @@ pub async fn middleware<E: Endpoint>(ep: E, req: Request) -> poem::Result<Respon
 }
 
 /// The Prometheus text of every metric, with the values read from the database now.
-pub async fn render(db: &DatabaseConnection) -> String {
+pub async fn render(state: &AppState) -> String {
     let m = metrics();
+    let db = &state.db;
     copy_ingest_counters(m);
     if let Err(e) = read_queues(db, m).await {
         tracing::warn!(error = %e, "metrics: background queues could not be read");
     }
     read_pool(db, m);
+    let memory = crate::memory::MemoryReport::now(&state.search);
+    for (part, bytes) in memory.parts() {
+        m.memory.with_label_values(&[part]).set(bytes as i64);
+    }
     let mut out = Vec::new();
     let _ = TextEncoder::new().encode(&m.registry.gather(), &mut out);
     let mut text = String::from_utf8(out).unwrap_or_default();

@@ -103,8 +103,8 @@ async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
 
 /// Prometheus scrape endpoint (no key: it shows counts only, never an organization's data).
 #[handler]
-async fn metrics_text(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
-    crate::http::metrics::render(&db)
+async fn metrics_text(state: poem::web::Data<&crate::state::AppState>) -> Response {
+    crate::http::metrics::render(&state)
         .await
         .with_content_type("text/plain; version=0.0.4; charset=utf-8")
         .into_response()
@@ -137,7 +137,7 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
         .data(state.clone());
     let mcp = crate::http::mcp::endpoint(state.clone());
     let ready = get(readyz).data(state.db.clone());
-    let metrics = get(metrics_text).data(state.db.clone());
+    let metrics = get(metrics_text).data(state.clone());
     let service = api::service(state);
     let doc = openapi_document(&service.spec());
     let yaml = serde_yaml::to_string(&doc).unwrap_or_default();
@@ -215,6 +215,8 @@ pub async fn serve_until(
     // The planner's statistics: missing ones at start (a database filled before this version,
     // or by another process), stale ones as tables grow.
     maintenance.push(crate::db::statistics::spawn_refresher(state.db.clone()));
+    // Kept counts of ended database backends folded into one row per bucket (PostgreSQL).
+    maintenance.extend(crate::tools::record_counts::spawn_folder(state.db.clone()));
     // Opened here, before any background task: the journal file's shared connections serve
     // the acknowledging writer and must be opened at the normal priority.
     let journal = crate::ingest::journal::Journal::of(&state.db).await;

@@ -729,6 +729,10 @@ fn cases() -> Vec<Case> {
             json!({"sql": "SELECT billing_status, count(*) AS customers, sum(mrr_cents) AS mrr \
                 FROM customers GROUP BY billing_status ORDER BY mrr DESC"})
         }),
+        tool("svc_query customer_totals", AGGREGATE_MS, "svc_query", |_, _| {
+            json!({"sql": "SELECT billing_status, customers, mrr_cents AS mrr \
+                FROM customer_totals ORDER BY mrr DESC"})
+        }),
     ]);
     cases
 }
@@ -877,27 +881,6 @@ fn spawn_ingest(
         }
         while in_flight.join_next().await.is_some() {}
     })
-}
-
-/// Resident memory in MiB: the process's own (`RssAnon`) and the file pages it maps
-/// (`RssFile`: SQLite's memory map of the database, counted once per mapping connection, and
-/// the page cache's rather than the process's).
-fn rss_mib() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    format!(
-        "{:.0} MiB own, {:.0} MiB of mapped file pages",
-        field("RssAnon:"),
-        field("RssFile:")
-    )
 }
 
 /// Runs the benchmark: loads, serves, measures every case, prints the table and a JSON line.
@@ -1110,7 +1093,7 @@ async fn measure_all(
         "serve: /readyz 200 after {:.2} s; search index built after {:.1} s; resident memory {}",
         ready.as_secs_f64(),
         started.elapsed().as_secs_f64(),
-        rss_mib()
+        crate::memory::MemoryReport::now(&search)
     );
     // The statistics refresh runs at start beside the search build; let it finish.
     crate::db::statistics::refresh(conn).await?;
@@ -1258,7 +1241,7 @@ async fn measure_all(
         "{} of {} cases within target; resident memory {}",
         summary.len() - missed,
         summary.len(),
-        rss_mib()
+        crate::memory::MemoryReport::now(&search)
     );
     println!("{}", json!({ "results": summary }));
     server.stop().await;

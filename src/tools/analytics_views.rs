@@ -12,6 +12,8 @@ enum Kind {
     Timestamp,
     /// A JSON document, exposed as JSON text.
     Json,
+    /// The sum of an integer column over the rows of a group (views with `grouped`).
+    Total,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +33,7 @@ impl Column {
             Kind::Integer => "integer",
             Kind::Timestamp => "timestamp (ISO 8601 text, UTC)",
             Kind::Json => "json (text)",
+            Kind::Total => "integer",
         }
     }
 
@@ -43,6 +46,7 @@ impl Column {
         match self.kind {
             Kind::Text | Kind::Integer | Kind::Json => format!("t.\"{base}\""),
             Kind::Timestamp => format!("strftime('%Y-%m-%dT%H:%M:%fZ', t.\"{base}\")"),
+            Kind::Total => format!("CAST(SUM(t.\"{base}\") AS BIGINT)"),
         }
     }
 
@@ -54,6 +58,7 @@ impl Column {
             Kind::Timestamp => format!(
                 "to_char(t.\"{base}\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
             ),
+            Kind::Total => format!("CAST(SUM(t.\"{base}\") AS BIGINT)"),
         }
     }
 }
@@ -63,6 +68,10 @@ pub struct View {
     pub name: &'static str,
     /// The table the view reads, filtered to one organization.
     table: &'static str,
+    /// A further condition on the table's rows (`t.` names them), if any.
+    rows: Option<&'static str>,
+    /// For a view of totals: the `GROUP BY` and `HAVING` clauses after the conditions.
+    grouped: Option<&'static str>,
     pub description: &'static str,
     pub columns: &'static [Column],
 }
@@ -103,10 +112,26 @@ const fn json(name: &'static str, description: &'static str) -> Column {
     }
 }
 
+const fn renamed(
+    name: &'static str,
+    source: &'static str,
+    kind: Kind,
+    description: &'static str,
+) -> Column {
+    Column {
+        name,
+        source: Some(source),
+        kind,
+        description,
+    }
+}
+
 pub const VIEWS: &[View] = &[
     View {
         name: "customers",
         table: "customers",
+        rows: None,
+        grouped: None,
         description: "Customer accounts: billing state, revenue, activity and traits.",
         columns: &[
             text("id", "Customer id."),
@@ -123,6 +148,8 @@ pub const VIEWS: &[View] = &[
     View {
         name: "users",
         table: "users",
+        rows: None,
+        grouped: None,
         description: "People at customer accounts (the product's end users).",
         columns: &[
             text("id", "User id."),
@@ -139,6 +166,8 @@ pub const VIEWS: &[View] = &[
     View {
         name: "workspace_users",
         table: "workspace_users",
+        rows: None,
+        grouped: None,
         description: "Your own team: CSMs, managers, account owners and admins.",
         columns: &[
             text("id", "Workspace user id."),
@@ -151,6 +180,8 @@ pub const VIEWS: &[View] = &[
     View {
         name: "facts",
         table: "facts",
+        rows: None,
+        grouped: None,
         description: "Stored facts about customers with their provenance (the source they were taken from).",
         columns: &[
             text("id", "Fact id."),
@@ -168,6 +199,8 @@ pub const VIEWS: &[View] = &[
     View {
         name: "sources",
         table: "sources",
+        rows: None,
+        grouped: None,
         description: "Source records: calls, emails, calendar events, support tickets and opportunities.",
         columns: &[
             text("source_type", "CALL, EMAIL, CALENDAR_EVENT, SUPPORT_TICKET or OPPORTUNITY."),
@@ -184,16 +217,13 @@ pub const VIEWS: &[View] = &[
     View {
         name: "events",
         table: "events",
+        rows: None,
+        grouped: None,
         description: "Tracked events accepted by the Ingest API, one row per event, visible as soon as the Ingest API has answered; user_id and customer_id follow within seconds, when the event's effects are applied.",
         columns: &[
             text("id", "Event id."),
             text("message_id", "The sender's message id; null when none was sent."),
-            Column {
-                name: "type",
-                source: Some("event_type"),
-                kind: Kind::Text,
-                description: "pageview, custom, form, identify, engagement, calendar, stage or billing.",
-            },
+            renamed("type", "event_type", Kind::Text, "pageview, custom, form, identify, engagement, calendar, stage or billing."),
             text("event_name", "Custom event name; null for other types."),
             text("visitor_id", "Browser visitor id; null for server events without one."),
             text("user_id", "Resolved user (users.id); null when unresolved or not resolved yet."),
@@ -208,6 +238,8 @@ pub const VIEWS: &[View] = &[
     View {
         name: "billing_history",
         table: "billing_history",
+        rows: None,
+        grouped: None,
         description: "Billing changes per customer over time (from ingest, syncs, webhooks and imports).",
         columns: &[
             text("id", "Change id."),
@@ -221,6 +253,8 @@ pub const VIEWS: &[View] = &[
     View {
         name: "engagement_sessions",
         table: "engagement_sessions",
+        rows: None,
+        grouped: None,
         description: "Engagement sessions of visitors: active and total time per session.",
         columns: &[
             text("id", "Row id."),
@@ -230,6 +264,29 @@ pub const VIEWS: &[View] = &[
             integer("total_time_ms", "Total time in milliseconds."),
             timestamp("started_at", "Session start."),
             timestamp("last_seen_at", "Latest activity in the session."),
+        ],
+    },
+    View {
+        name: "customer_totals",
+        table: "record_counts",
+        rows: Some("t.record = 'customers'"),
+        grouped: Some("GROUP BY t.bucket HAVING SUM(t.n) <> 0"),
+        description: "Customers and their monthly recurring revenue per billing status, one row per status, kept current with every change: read totals by status here instead of aggregating the customers view (one row per status instead of every customer).",
+        columns: &[
+            renamed("billing_status", "bucket", Kind::Text, "PAYING, TRIALING, CHURNED or NONE."),
+            renamed("customers", "n", Kind::Total, "Customers in this status."),
+            renamed("mrr_cents", "amount", Kind::Total, "Sum of their monthly recurring revenue in cents."),
+        ],
+    },
+    View {
+        name: "user_totals",
+        table: "record_counts",
+        rows: Some("t.record = 'users'"),
+        grouped: Some("GROUP BY t.bucket HAVING SUM(t.n) <> 0"),
+        description: "Users per journey stage, one row per stage, kept current with every change: read totals by stage here instead of aggregating the users view.",
+        columns: &[
+            renamed("stage", "bucket", Kind::Text, "discovered, signed_up, activated, engaged or inactive."),
+            renamed("users", "n", Kind::Total, "Users in this stage."),
         ],
     },
 ];
@@ -300,6 +357,16 @@ pub fn quote_ident(value: &str) -> String {
 }
 
 impl View {
+    /// What follows the organization condition: the view's own condition and grouping.
+    fn further_condition(&self) -> String {
+        let mut sql = self.rows.map(|c| format!(" AND {c}")).unwrap_or_default();
+        if let Some(grouped) = self.grouped {
+            sql.push(' ');
+            sql.push_str(grouped);
+        }
+        sql
+    }
+
     fn select_list(&self, expr: impl Fn(&Column) -> String) -> String {
         self.columns
             .iter()
@@ -314,10 +381,11 @@ impl View {
     pub fn sqlite_temp_view(&self, organization_id: &str, journal: PendingJournal) -> String {
         let org = quote_literal(organization_id);
         let mut sql = format!(
-            "CREATE TEMP VIEW {} AS SELECT {} FROM main.{} AS t WHERE t.organization_id = {org}",
+            "CREATE TEMP VIEW {} AS SELECT {} FROM main.{} AS t WHERE t.organization_id = {org}{}",
             quote_ident(self.name),
             self.select_list(Column::sqlite_expr),
             quote_ident(self.table),
+            self.further_condition(),
         );
         if self.name == "events" {
             let (table, pending) = match journal {
@@ -357,12 +425,13 @@ impl View {
         );
         let mut sql = format!(
             "CREATE OR REPLACE VIEW {}.{} WITH (security_barrier) AS SELECT {} FROM {}.{} AS t \
-             WHERE t.organization_id = {org}",
+             WHERE t.organization_id = {org}{}",
             quote_ident(views_schema),
             quote_ident(self.name),
             self.select_list(Column::postgres_expr),
             quote_ident(data_schema),
             quote_ident(self.table),
+            self.further_condition(),
         );
         if self.name == "events" {
             let utc = |expr: String| {

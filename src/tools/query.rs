@@ -49,8 +49,10 @@ pub struct Input {
 
 pub const DESCRIPTION: &str = "Run one read-only SQL statement (SELECT or WITH ... SELECT) \
 against the analytics views (customers, users, workspace_users, facts, sources, events, \
-billing_history, engagement_sessions; see svc_schema for their columns). The views hold only \
-your organization's rows. Writes, schema changes, ATTACH, PRAGMA, several statements and \
+billing_history, engagement_sessions, customer_totals, user_totals; see svc_schema for their \
+columns). The views hold only your organization's rows. For counts and revenue by billing \
+status or users by stage, read customer_totals or user_totals: kept current with every \
+change, they answer from one row per status where aggregating reads every customer. Writes, schema changes, ATTACH, PRAGMA, several statements and \
 reading anything but the views are refused; a statement gets 5 seconds. Returns {columns, \
 rows, rowCount, truncated}: at most maxRows rows (default 1000, up to 10000).";
 
@@ -149,18 +151,31 @@ mod sqlite {
         )
         .map_err(internal)?;
         conn.busy_timeout(TIME_LIMIT).map_err(internal)?;
-        // Pending events are in the journal's own file when the service made one.
+        // Pending events are in the journal's own file when the service made one (and has
+        // created its table: the file exists a moment before that, at the service's start).
         let journal_file = crate::ingest::journal::own_file_path(path);
-        let journal = if journal_file.exists() {
+        let mut journal = analytics_views::PendingJournal::InDatabase;
+        if journal_file.exists() {
             conn.execute(
                 "ATTACH DATABASE ?1 AS ingest",
                 [journal_file.to_string_lossy().as_ref()],
             )
             .map_err(internal)?;
-            analytics_views::PendingJournal::OwnFile
-        } else {
-            analytics_views::PendingJournal::InDatabase
-        };
+            let tables: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM ingest.sqlite_master WHERE type = 'table' \
+                     AND name = 'ingest_journal'",
+                    [],
+                    |row| row.get(0),
+                )
+                .map_err(internal)?;
+            if tables == 1 {
+                journal = analytics_views::PendingJournal::OwnFile;
+            } else {
+                conn.execute("DETACH DATABASE ingest", [])
+                    .map_err(internal)?;
+            }
+        }
         // TEMP views shadow the base tables of the same name: `customers` is the view.
         // A fresh connection has an empty page cache: map the file so a scan reads the OS page
         // cache directly (set before the authorizer, which refuses PRAGMA from callers).

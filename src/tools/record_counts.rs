@@ -1,6 +1,11 @@
-//! Exact totals kept by the `record_counts` triggers (see that migration): users per journey
-//! stage and customers per billing status, per organization. A list filtered by nothing but
-//! those reads its `pagination.total` here instead of counting every match.
+//! Exact totals kept by the `record_counts` triggers (see those migrations): users per journey
+//! stage and customers per billing status (with their revenue), per organization. A list
+//! filtered by nothing but those reads its `pagination.total` here instead of counting every
+//! match; the `customer_totals` and `user_totals` analytics views read them too.
+//!
+//! On PostgreSQL each database backend counts in rows of its own, summed by readers, so that
+//! concurrent writers never wait on one another's counter rows (nor deadlock on them);
+//! [`fold`] moves the rows of backends that have ended into one row per bucket.
 
 use sea_orm::{
     sea_query::{Alias, Expr, ExprTrait, Query},
@@ -41,4 +46,57 @@ pub async fn read(
         None => 0,
     };
     Ok(u64::try_from(total).unwrap_or(0))
+}
+
+/// How often [`spawn_folder`] folds the rows of ended backends.
+const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// PostgreSQL: moves the counts of backends that have ended into the bucket's shared row
+/// (`shard` 0), in one statement; returns how many rows it folded. Rows of live backends stay:
+/// only their own backend changes them, so folding never waits on a writer. Instances folding
+/// at once take turns on an advisory lock. A no-op on SQLite (one row per bucket).
+pub async fn fold(db: &DatabaseConnection) -> Result<u64, DbErr> {
+    use sea_orm::{DbBackend, Statement, TransactionTrait};
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Ok(0);
+    }
+    let txn = db.begin().await?;
+    txn.execute_unprepared(
+        "SELECT pg_advisory_xact_lock(hashtext('custintel.record_counts.fold'))",
+    )
+    .await?;
+    let folded = txn
+        .execute_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "WITH ended AS (
+                DELETE FROM record_counts WHERE shard <> 0
+                AND shard NOT IN (SELECT pid FROM pg_stat_activity)
+                RETURNING organization_id, record, bucket, n, amount
+            )
+            INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount)
+            SELECT organization_id, record, bucket, 0, SUM(n), SUM(amount) FROM ended
+            GROUP BY organization_id, record, bucket
+            ON CONFLICT (organization_id, record, bucket, shard) DO UPDATE
+            SET n = record_counts.n + excluded.n, amount = record_counts.amount + excluded.amount",
+        ))
+        .await?
+        .rows_affected();
+    txn.commit().await?;
+    Ok(folded)
+}
+
+/// Folds at start and then every [`FOLD_EVERY`] (PostgreSQL), on a task of its own.
+pub fn spawn_folder(db: DatabaseConnection) -> Option<tokio::task::JoinHandle<()>> {
+    if db.get_database_backend() != sea_orm::DbBackend::Postgres {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        loop {
+            match fold(&db).await {
+                Ok(folded) => tracing::debug!(folded, "kept counts of ended backends folded"),
+                Err(e) => tracing::warn!(error = %e, "folding kept counts failed"),
+            }
+            tokio::time::sleep(FOLD_EVERY).await;
+        }
+    }))
 }

@@ -16,7 +16,8 @@ pub const DESCRIPTION: &str = "Inspect the analytics views that svc_query runs S
 each view's name, purpose and columns (name, type, description). Views hold only your \
 organization's rows; timestamps are ISO 8601 text in UTC and JSON fields are JSON text. \
 Views: customers, users, workspace_users, facts, sources, events, billing_history, \
-engagement_sessions.";
+engagement_sessions, and the kept totals customer_totals (customers and revenue per billing \
+status) and user_totals (users per stage).";
 
 pub async fn run(_ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let views: Vec<&analytics_views::View> = match input.view.as_deref().map(str::trim) {

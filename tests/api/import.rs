@@ -354,8 +354,9 @@ db_test!(reimport_is_idempotent, |app: TestApp| async move {
         let mismatched = scalar(
             &app,
             &format!(
-                "SELECT count(*) FROM record_counts k WHERE k.organization_id = ? \
-                 AND k.record = '{record}' AND k.n <> (SELECT count(*) FROM {table} t \
+                "SELECT count(*) FROM (SELECT organization_id, bucket, SUM(n) AS n \
+                 FROM record_counts WHERE organization_id = ? AND record = '{record}' \
+                 GROUP BY organization_id, bucket) k WHERE k.n <> (SELECT count(*) FROM {table} t \
                  WHERE t.organization_id = k.organization_id AND t.{column} = k.bucket)"
             ),
             o,

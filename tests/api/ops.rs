@@ -142,6 +142,24 @@ crate::db_test!(
             sample(&text, "custintel_db_pool_connections", &[r#"state="max""#])
                 .is_some_and(|n| n >= 1.0)
         );
+        // Memory by part: the process's own pages (heap and all) exceed the parts it holds.
+        let memory = |part: &str| {
+            sample(
+                &text,
+                "custintel_memory_bytes",
+                &[&format!(r#"part="{part}""#)],
+            )
+            .unwrap_or_else(|| panic!("memory part {part} in\n{text}"))
+        };
+        let own = memory("process_own");
+        assert!(own > 1_048_576.0, "{own}");
+        memory("mapped_database");
+        for part in ["search_index", "message_window"] {
+            assert!(
+                memory(part) <= own,
+                "{part} is part of the process's own memory"
+            );
+        }
         // Counts only: no organization, key or event name shows.
         assert!(!text.contains(&org.organization_id));
         assert!(!text.contains(&org.public_key));

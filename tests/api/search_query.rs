@@ -15,8 +15,8 @@ use entity::{
     source,
 };
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::NotSet, ConnectionTrait, DatabaseBackend, EntityTrait, Set,
-    TransactionTrait,
+    ActiveModelTrait, ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseBackend,
+    EntityTrait, QueryFilter, Set, TransactionTrait,
 };
 use serde_json::{json, Value};
 
@@ -41,6 +41,17 @@ async fn add_customer(
     status: BillingStatus,
     mrr: i64,
 ) -> String {
+    add_customer_on(&app.db, org, name, domain, status, mrr).await
+}
+
+async fn add_customer_on(
+    db: &sea_orm::DatabaseConnection,
+    org: &str,
+    name: &str,
+    domain: &str,
+    status: BillingStatus,
+    mrr: i64,
+) -> String {
     let id = uuid::Uuid::new_v4().to_string();
     customer::ActiveModel {
         id: Set(id.clone()),
@@ -55,7 +66,7 @@ async fn add_customer(
         created_at: Set(at(1)),
         updated_at: Set(at(1)),
     }
-    .insert(&app.db)
+    .insert(db)
     .await
     .expect("customer");
     id
@@ -811,5 +822,170 @@ db_test!(
             "{:?}",
             started.elapsed()
         );
+    }
+);
+
+// The kept totals views agree with aggregating their records, after concurrent inserts,
+// status and revenue changes and deletes, and show each organization only its own.
+db_test!(
+    kept_totals_agree_with_aggregates,
+    |app: TestApp| async move {
+        let mine = app.org("Totals Co").await.organization_id;
+        let theirs = app.org("Other Totals Co").await.organization_id;
+        let statuses = BillingStatus::ALL;
+        let app = &app;
+        let writers = (0..48usize).map(|n| {
+            let org = if n % 4 == 0 {
+                theirs.clone()
+            } else {
+                mine.clone()
+            };
+            async move {
+                let status = statuses[(n / 4 + n) % statuses.len()];
+                let id = add_customer(
+                    app,
+                    &org,
+                    "Co",
+                    &format!("t{n}.com"),
+                    status,
+                    100 * n as i64,
+                )
+                .await;
+                for (i, stage) in entity::user::STAGES.iter().take(1 + n % 3).enumerate() {
+                    entity::user::ActiveModel {
+                        id: Set(uuid::Uuid::new_v4().to_string()),
+                        organization_id: Set(org.clone()),
+                        customer_id: Set(Some(id.clone())),
+                        email: Set(Some(format!("u{i}@t{n}.com"))),
+                        external_id: Set(None),
+                        name: Set(None),
+                        stage: Set(stage.to_string()),
+                        traits: Set(json!({})),
+                        last_activity_at: Set(None),
+                        created_at: Set(at(1)),
+                        updated_at: Set(at(1)),
+                    }
+                    .insert(&app.db)
+                    .await
+                    .expect("user");
+                }
+                // Change some: revenue alone, status and revenue, or remove the customer.
+                let row = customer::Entity::find_by_id(id.clone())
+                    .one(&app.db)
+                    .await
+                    .expect("read")
+                    .expect("customer");
+                let mut change: customer::ActiveModel = row.into();
+                match n % 5 {
+                    0 => {
+                        change.mrr_cents = Set(7 * n as i64);
+                        change.update(&app.db).await.expect("revenue");
+                    }
+                    1 => {
+                        change.billing_status = Set(statuses[(n + 1) % statuses.len()]);
+                        change.mrr_cents = Set(0);
+                        change.update(&app.db).await.expect("status");
+                    }
+                    2 => {
+                        change.last_activity_at = Set(Some(at(25)));
+                        change.update(&app.db).await.expect("activity");
+                    }
+                    3 => {
+                        entity::user::Entity::delete_many()
+                            .filter(entity::user::Column::CustomerId.eq(id.clone()))
+                            .exec(&app.db)
+                            .await
+                            .expect("users gone");
+                        customer::Entity::delete_by_id(id)
+                            .exec(&app.db)
+                            .await
+                            .expect("gone");
+                    }
+                    _ => {}
+                }
+            }
+        });
+        futures::future::join_all(writers).await;
+        if app.db.get_database_backend() == DatabaseBackend::Postgres {
+            // Counts made by a backend that has ended are folded into the shared rows.
+            let schema: String = app
+                .db
+                .query_one_raw(sea_orm::Statement::from_string(
+                    DatabaseBackend::Postgres,
+                    "SELECT current_schema() AS s",
+                ))
+                .await
+                .expect("schema")
+                .expect("a row")
+                .try_get("", "s")
+                .expect("name");
+            let url = std::env::var("TEST_DATABASE_URL").expect("PostgreSQL");
+            let other = custintel::db::connect(&url, Some(&schema))
+                .await
+                .expect("connect");
+            let count_rows = "SELECT count(*) AS n FROM record_counts WHERE shard <> 0";
+            let ended_rows = || async {
+                let row = app
+                    .db
+                    .query_one_raw(sea_orm::Statement::from_string(
+                        DatabaseBackend::Postgres,
+                        count_rows,
+                    ))
+                    .await
+                    .expect("count")
+                    .expect("a row");
+                row.try_get::<i64>("", "n").expect("n")
+            };
+            let before = ended_rows().await;
+            add_customer_on(
+                &other,
+                &mine,
+                "Ended",
+                "t-ended.com",
+                BillingStatus::Paying,
+                4_200,
+            )
+            .await;
+            other.close().await.expect("close");
+            let mut folded = 0;
+            for _ in 0..100 {
+                folded += custintel::tools::record_counts::fold(&app.db)
+                    .await
+                    .expect("fold");
+                if folded > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(folded > 0, "the ended backend's counts were not folded");
+            assert!(
+                ended_rows().await <= before,
+                "rows of ended backends remain"
+            );
+        }
+        for org in [&mine, &theirs] {
+            let ask = |text: &str| {
+                let text = text.to_string();
+                async move {
+                    sql(app, org, json!({ "sql": text })).await.expect("query")["rows"].clone()
+                }
+            };
+            let kept = ask(
+                "SELECT billing_status, customers, mrr_cents FROM customer_totals \
+                 ORDER BY billing_status",
+            )
+            .await;
+            let counted = ask(
+                "SELECT billing_status, count(*), CAST(sum(mrr_cents) AS BIGINT) FROM customers \
+                 GROUP BY billing_status ORDER BY billing_status",
+            )
+            .await;
+            assert_eq!(kept, counted, "customer totals of {org}");
+            assert!(kept.as_array().expect("rows").len() >= 3, "{kept}");
+            let kept = ask("SELECT stage, users FROM user_totals ORDER BY stage").await;
+            let counted =
+                ask("SELECT stage, count(*) FROM users GROUP BY stage ORDER BY stage").await;
+            assert_eq!(kept, counted, "user totals of {org}");
+        }
     }
 );
