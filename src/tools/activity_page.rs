@@ -64,10 +64,20 @@ impl ActivityRange {
     }
 }
 
+/// A list's total known without counting the list's own rows.
+#[derive(Debug, Clone)]
+pub enum KnownTotal {
+    /// Kept by the `record_counts` triggers: a list filtered by a stage or status alone.
+    Kept(KeptTotal),
+    /// Already counted: the records with one trait value, from the trait index.
+    Counted(Total),
+}
+
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
 /// `filter` holds the conditions an index serves, `residual` those checked row by row (trait
 /// values, name substrings), whose total counts only the first rows `filter` selects
-/// ([`count_examined`]). `kept` names the trigger-kept total to use when the list has no other
+/// ([`count_examined`]). `known` is the total when it is known without counting the list (kept
+/// by triggers, or counted from the trait index) and the list has no other
 /// filter. `counted`, when given, replaces `filter` in the total: the same conditions written
 /// so an index serves the count, where `filter` writes one so that no index serves it and the
 /// page walks the activity index (a wide revenue range: see `svc_list_customers`).
@@ -79,7 +89,7 @@ pub async fn activity_page<E>(
     counted: Option<Condition>,
     residual: Option<Condition>,
     range: ActivityRange,
-    kept: Option<KeptTotal>,
+    known: Option<KnownTotal>,
     activity: E::Column,
     id: E::Column,
 ) -> ToolResult<(Vec<E::Model>, Total)>
@@ -143,10 +153,14 @@ where
         if let Some(c) = &req.cursor {
             return Ok(c.total());
         }
-        if let Some(kept) = &kept {
-            return Ok(Total::exact(
-                record_counts::read(db, &ctx.organization_id, kept).await?,
-            ));
+        match &known {
+            Some(KnownTotal::Kept(kept)) => {
+                return Ok(Total::exact(
+                    record_counts::read(db, &ctx.organization_id, kept).await?,
+                ))
+            }
+            Some(KnownTotal::Counted(total)) => return Ok(*total),
+            None => {}
         }
         if range.is_split() {
             // Two ranges of the activity index, counted at once.

@@ -514,19 +514,29 @@ fn indexed_trait_value(value: &Value) -> Option<String> {
 
 /// For a `traits` filter of `table` (`customers` or `users`): `"table"."id" IN (the records
 /// with the rarest of its values)` when that value is carried by at most
-/// [`RARE_TRAIT_RECORDS`] records, so the list reads those few; `None` when every value is
+/// [`RARE_TRAIT_RECORDS`] records, so the list reads those few; none when every value is
 /// common (walking the list in its order then finds a page soon) or not indexed. The trait
-/// conditions themselves still decide.
+/// conditions themselves still decide. A filter of one indexed value also gets its count.
 pub async fn rare_trait_candidates(
     ctx: &ToolContext,
     table: &'static str,
     traits: &Option<Map<String, Value>>,
-) -> ToolResult<Option<SimpleExpr>> {
+) -> ToolResult<TraitLookup> {
     use sea_orm::Statement;
     let db = &ctx.state.db;
     let backend = db.get_database_backend();
+    let pairs: Vec<(&String, &Value)> = traits.iter().flat_map(|m| m.iter()).collect();
+    // A filter of one trait value alone may take its total from the index: count that one
+    // up to where totals stop being exact.
+    let alone = pairs.len() == 1;
+    let cap = if alone {
+        Ord::max(EXACT_TOTAL_LIMIT, RARE_TRAIT_RECORDS) + 1
+    } else {
+        RARE_TRAIT_RECORDS + 1
+    };
     let mut rarest: Option<(u64, String, String)> = None;
-    for (key, value) in traits.iter().flat_map(|m| m.iter()) {
+    let mut counted_alone = None;
+    for (key, value) in pairs {
         let Some(indexed) = indexed_trait_value(value) else {
             continue;
         };
@@ -542,15 +552,18 @@ pub async fn rare_trait_candidates(
                 table.into(),
                 key.clone().into(),
                 indexed.clone().into(),
-                ((RARE_TRAIT_RECORDS + 1) as i64).into(),
+                (cap as i64).into(),
             ],
         );
         let n = read_count(db, count).await?;
+        if alone {
+            counted_alone = Some(Total::capped(n));
+        }
         if n <= RARE_TRAIT_RECORDS && rarest.as_ref().is_none_or(|(m, _, _)| n < *m) {
             rarest = Some((n, key.clone(), indexed));
         }
     }
-    Ok(rarest.map(|(_, key, indexed)| {
+    let candidates = rarest.map(|(_, key, indexed)| {
         let sql = format!(
             "\"{table}\".\"id\" IN (SELECT record_id FROM trait_values WHERE organization_id = ? \
              AND record = ? AND trait_key = ? AND trait_value = ?)"
@@ -559,7 +572,20 @@ pub async fn rare_trait_candidates(
             crate::db::placeholders(backend, &sql),
             [ctx.organization_id.clone(), table.to_string(), key, indexed],
         )
-    }))
+    });
+    Ok(TraitLookup {
+        candidates,
+        counted_alone,
+    })
+}
+
+/// What the trait index says about a `traits` filter.
+pub struct TraitLookup {
+    /// `"table"."id" IN (...)` the records with its rarest value, when that is rare.
+    pub candidates: Option<SimpleExpr>,
+    /// The records with its one value, when the filter is one indexed value (exact up to
+    /// [`EXACT_TOTAL_LIMIT`], a lower bound beyond): the list's total when nothing else filters.
+    pub counted_alone: Option<Total>,
 }
 
 /// Conditions for a `traits` filter object.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    activity_page::{activity_page, ActivityRange},
+    activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
         rare_trait_candidates, trait_filters, ListRequest,
@@ -92,7 +92,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         }
     }
     // Few matches (a rare trait value, a narrow revenue range): read those, then order them.
-    let rare_trait = rare_trait_candidates(ctx, "customers", &input.traits).await?;
+    let traits = rare_trait_candidates(ctx, "customers", &input.traits).await?;
+    let rare_trait = traits.candidates;
     let narrow_revenue = match (&rare_trait, &revenue) {
         (None, Some(revenue)) => {
             let matches = count_up_to(
@@ -122,10 +123,23 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.max_mrr_cents.is_none()
         && input.traits.as_ref().is_none_or(Map::is_empty)
         && input.name.is_none();
-    let kept = only_counted.then(|| KeptTotal {
-        record: "customers",
-        bucket: input.billing_status.map(BillingStatus::as_str),
+    let kept = only_counted.then(|| {
+        KnownTotal::Kept(KeptTotal {
+            record: "customers",
+            bucket: input.billing_status.map(BillingStatus::as_str),
+        })
     });
+    // Filtered by one trait value alone: the trait index counted its records.
+    let only_the_trait = input.billing_status.is_none()
+        && input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.min_mrr_cents.is_none()
+        && input.max_mrr_cents.is_none()
+        && input.name.is_none();
+    let known = kept.or(traits
+        .counted_alone
+        .filter(|_| only_the_trait)
+        .map(KnownTotal::Counted));
     let residual = (!residual.is_empty()).then_some(residual);
     let (rows, total) = match (few, revenue) {
         (Some(few), _) => {
@@ -155,7 +169,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 counted,
                 residual,
                 range,
-                kept,
+                known,
                 Column::LastActivityAt,
                 Column::Id,
             )

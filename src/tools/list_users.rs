@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    activity_page::{activity_page, ActivityRange},
+    activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
         resolve_customer, trait_filters, ListRequest,
@@ -102,7 +102,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     for cond in trait_filters(ctx, "users", &input.traits)? {
         residual = residual.add(cond);
     }
-    let rare_trait = rare_trait_candidates(ctx, "users", &input.traits).await?;
+    let traits = rare_trait_candidates(ctx, "users", &input.traits).await?;
+    let rare_trait = traits.candidates;
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
@@ -117,10 +118,23 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.traits.as_ref().is_none_or(Map::is_empty)
         && input.email.is_none()
         && input.name.is_none();
-    let kept = only_counted.then(|| KeptTotal {
-        record: "users",
-        bucket: input.stage.map(Stage::as_str),
+    let kept = only_counted.then(|| {
+        KnownTotal::Kept(KeptTotal {
+            record: "users",
+            bucket: input.stage.map(Stage::as_str),
+        })
     });
+    // Filtered by one trait value alone: the trait index counted its records.
+    let only_the_trait = input.stage.is_none()
+        && input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.customer.is_none()
+        && input.email.is_none()
+        && input.name.is_none();
+    let known = kept.or(traits
+        .counted_alone
+        .filter(|_| only_the_trait)
+        .map(KnownTotal::Counted));
     let residual = (!residual.is_empty()).then_some(residual);
     let (rows, total) = match rare_trait {
         // A rare trait value: read its few users, then order them.
@@ -146,7 +160,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 None,
                 residual,
                 range,
-                kept,
+                known,
                 Column::LastActivityAt,
                 Column::Id,
             )

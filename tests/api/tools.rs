@@ -714,7 +714,7 @@ db_test!(
         .await;
         assert_eq!(r.body["pagination"]["total"], 50);
         assert_eq!(r.body["pagination"]["totalExact"], true);
-        // A trait filter is checked row by row: its total counts the first 5,000 candidates.
+        // A trait value alone is counted in the trait index, up to the exact-total limit.
         let r = tool(
             &app,
             k,
@@ -723,12 +723,27 @@ db_test!(
         )
         .await;
         assert_eq!(
-            r.body["pagination"]["total"], 5_000,
+            r.body["pagination"]["total"], 10_000,
             "{}",
             r.body["pagination"]
         );
         assert_eq!(r.body["pagination"]["totalExact"], false);
         assert_eq!(r.body["items"].as_array().unwrap().len(), 50);
+        // With another filter, the trait is checked row by row: the total counts the first
+        // 5,000 candidates.
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"traits": {"tier": "gold"}, "billingStatus": "PAYING"}),
+        )
+        .await;
+        assert_eq!(
+            r.body["pagination"]["total"], 5_000,
+            "{}",
+            r.body["pagination"]
+        );
+        assert_eq!(r.body["pagination"]["totalExact"], false);
         let r = tool(
             &app,
             k,
@@ -943,6 +958,11 @@ db_test!(
                 json!({"traits": {"segment": "rare"}}),
                 Box::new(|c| c.traits["segment"] == "rare"),
             ),
+            // One common trait value alone: its total comes from the trait index.
+            (
+                json!({"traits": {"segment": "common"}}),
+                Box::new(|c| c.traits["segment"] == "common"),
+            ),
             (
                 json!({"traits": {"segment": "rare"}, "minMrrCents": 30_000}),
                 Box::new(|c| c.traits["segment"] == "rare" && c.mrr_cents >= 30_000),
@@ -995,6 +1015,14 @@ db_test!(
             assert!(ids == expected, "{input}: the list's order differs");
             if pagination["totalExact"] == true {
                 assert_eq!(pagination["total"], expected.len(), "{input}");
+            }
+            if input
+                .get("traits")
+                .is_some_and(|t| t.as_object().is_some_and(|t| t.len() == 1))
+                && input.as_object().is_some_and(|i| i.len() == 1)
+            {
+                // A trait value alone is counted exactly (up to 10,000 matches).
+                assert_eq!(pagination["totalExact"], true, "{input}");
             }
         }
     }
