@@ -563,6 +563,7 @@ pub async fn rare_trait_candidates(
             rarest = Some((n, key.clone(), indexed));
         }
     }
+    let rarest_key = rarest.as_ref().map(|(_, key, _)| key.clone());
     let candidates = rarest.map(|(_, key, indexed)| {
         let sql = format!(
             "\"{table}\".\"id\" IN (SELECT record_id FROM trait_values WHERE organization_id = ? \
@@ -574,6 +575,7 @@ pub async fn rare_trait_candidates(
         )
     });
     Ok(TraitLookup {
+        rarest_key: candidates.as_ref().and(rarest_key),
         candidates,
         counted_alone,
     })
@@ -583,22 +585,25 @@ pub async fn rare_trait_candidates(
 pub struct TraitLookup {
     /// `"table"."id" IN (...)` the records with its rarest value, when that is rare.
     pub candidates: Option<SimpleExpr>,
+    /// The trait whose value the candidates are: they all carry it (the triggers keep the
+    /// index exact), so a count of the candidates need not check that trait again.
+    pub rarest_key: Option<String>,
     /// The records with its one value, when the filter is one indexed value (exact up to
     /// [`EXACT_TOTAL_LIMIT`], a lower bound beyond): the list's total when nothing else filters.
     pub counted_alone: Option<Total>,
 }
 
-/// Conditions for a `traits` filter object.
-pub fn trait_filters(
+/// Conditions for a `traits` filter object, each with its trait's key.
+pub fn keyed_trait_filters(
     ctx: &ToolContext,
     table: &str,
     traits: &Option<Map<String, Value>>,
-) -> ToolResult<Vec<SimpleExpr>> {
+) -> ToolResult<Vec<(String, SimpleExpr)>> {
     let backend = ctx.state.db.get_database_backend();
     traits
         .iter()
         .flat_map(|m| m.iter())
-        .map(|(k, v)| trait_equals(backend, table, k, v))
+        .map(|(k, v)| Ok((k.clone(), trait_equals(backend, table, k, v)?)))
         .collect()
 }
 

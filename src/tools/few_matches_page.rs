@@ -38,12 +38,15 @@ fn list_order(a: &SortKey, b: &SortKey) -> Ordering {
 /// The page after `req.cursor` (up to `limit + 1` rows, so the caller can tell `hasMore`) of
 /// the rows `served` selects that also pass `residual`, and the first page's total. `served`
 /// holds the conditions an index answers, the one that makes the matches few among them;
-/// `residual` those checked row by row (other trait values, a name substring).
+/// `residual` those checked row by row (trait values, a name substring), and
+/// `counted_residual` those of them `served` does not already imply, which the total checks
+/// (none: the total is the number of matches `served` selects).
 pub async fn few_matches_page<E>(
     ctx: &ToolContext,
     req: &ListRequest,
     served: Condition,
     residual: Option<Condition>,
+    counted_residual: Option<Condition>,
     activity: E::Column,
     id: E::Column,
 ) -> ToolResult<(Vec<E::Model>, Total)>
@@ -65,7 +68,7 @@ where
         Ok::<_, sea_orm::DbErr>(keys)
     };
     let total = async {
-        match (&req.cursor, &residual) {
+        match (&req.cursor, &counted_residual) {
             (Some(c), _) => Ok::<_, sea_orm::DbErr>(Some(c.total())),
             (None, Some(r)) => Ok(Some(
                 count_examined::<E, _>(db, served.clone(), r.clone()).await?,

@@ -12,8 +12,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
-        rare_trait_candidates, trait_filters, ListRequest,
+        check_fields, contains_ci, count_up_to, key_time_opt, keyed_trait_filters, parse_duration,
+        rare_trait_candidates, ListRequest,
     },
     few_matches_page::{few_matches_page, FEW_MATCHES},
     record_counts::KeptTotal,
@@ -81,18 +81,25 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             max: input.max_mrr_cents,
         });
     // Trait values and name substrings are checked row by row (no index holds them).
+    // `unimplied` leaves out the trait whose rare value the candidates below are: it is what
+    // a count of those candidates still has to check.
+    let traits = rare_trait_candidates(ctx, "customers", &input.traits).await?;
     let mut residual = Condition::all();
-    for cond in trait_filters(ctx, "customers", &input.traits)? {
+    let mut unimplied = Condition::all();
+    for (key, cond) in keyed_trait_filters(ctx, "customers", &input.traits)? {
+        if traits.rarest_key.as_deref() != Some(key.as_str()) {
+            unimplied = unimplied.add(cond.clone());
+        }
         residual = residual.add(cond);
     }
     if let Some(name) = &input.name {
         residual = residual.add(contains_ci(Column::Name, name));
+        unimplied = unimplied.add(contains_ci(Column::Name, name));
         if let Some(candidates) = name_index_candidates(ctx, name) {
             filter = filter.add(candidates);
         }
     }
     // Few matches (a rare trait value, a narrow revenue range): read those, then order them.
-    let traits = rare_trait_candidates(ctx, "customers", &input.traits).await?;
     let rare_trait = traits.candidates;
     let narrow_revenue = match (&rare_trait, &revenue) {
         (None, Some(revenue)) => {
@@ -141,6 +148,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .filter(|_| only_the_trait)
         .map(KnownTotal::Counted));
     let residual = (!residual.is_empty()).then_some(residual);
+    let unimplied = (!unimplied.is_empty()).then_some(unimplied);
     let (rows, total) = match (few, revenue) {
         (Some(few), _) => {
             let served = few.add(range.condition(Column::LastActivityAt));
@@ -149,6 +157,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 &req,
                 served,
                 residual,
+                unimplied,
                 Column::LastActivityAt,
                 Column::Id,
             )

@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
-        resolve_customer, trait_filters, ListRequest,
+        check_fields, contains_ci, key_time_opt, keyed_trait_filters, parse_duration,
+        rare_trait_candidates, resolve_customer, ListRequest,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -98,11 +98,17 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
     // Trait values and name substrings are checked row by row (no index holds them).
+    // `unimplied` leaves out the trait whose rare value the candidates below are: it is what
+    // a count of those candidates still has to check.
+    let traits = rare_trait_candidates(ctx, "users", &input.traits).await?;
     let mut residual = Condition::all();
-    for cond in trait_filters(ctx, "users", &input.traits)? {
+    let mut unimplied = Condition::all();
+    for (key, cond) in keyed_trait_filters(ctx, "users", &input.traits)? {
+        if traits.rarest_key.as_deref() != Some(key.as_str()) {
+            unimplied = unimplied.add(cond.clone());
+        }
         residual = residual.add(cond);
     }
-    let traits = rare_trait_candidates(ctx, "users", &input.traits).await?;
     let rare_trait = traits.candidates;
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
@@ -110,6 +116,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     }
     if let Some(name) = &input.name {
         residual = residual.add(contains_ci(Column::Name, name));
+        unimplied = unimplied.add(contains_ci(Column::Name, name));
     }
     // Filtered by nothing but the counted column: the total is kept, not counted.
     let only_counted = input.active_within.is_none()
@@ -136,6 +143,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .filter(|_| only_the_trait)
         .map(KnownTotal::Counted));
     let residual = (!residual.is_empty()).then_some(residual);
+    let unimplied = (!unimplied.is_empty()).then_some(unimplied);
     let (rows, total) = match rare_trait {
         // A rare trait value: read its few users, then order them.
         Some(candidates) => {
@@ -147,6 +155,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 &req,
                 served,
                 residual,
+                unimplied,
                 Column::LastActivityAt,
                 Column::Id,
             )
