@@ -285,6 +285,15 @@ pub async fn sqlite_file(db: &DatabaseConnection) -> Result<Option<std::path::Pa
     Ok(file.filter(|f| !f.is_empty()).map(std::path::PathBuf::from))
 }
 
+/// A file kept beside a SQLite database file: its name with `.{suffix}` added (the ingest
+/// journal's, the tool-call allowance's).
+pub fn beside(database_file: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = database_file.as_os_str().to_os_string();
+    name.push(".");
+    name.push(suffix);
+    std::path::PathBuf::from(name)
+}
+
 /// Rewrites `?` placeholders as `$n` for PostgreSQL.
 pub fn placeholders(backend: sea_orm::DbBackend, sql: &str) -> String {
     if backend != sea_orm::DbBackend::Postgres {

@@ -36,9 +36,7 @@ pub enum Journal {
 
 /// The journal file of a SQLite database file.
 pub fn own_file_path(database_file: &std::path::Path) -> PathBuf {
-    let mut name = database_file.as_os_str().to_os_string();
-    name.push(".ingest");
-    PathBuf::from(name)
+    crate::db::beside(database_file, "ingest")
 }
 
 /// Journal files opened by this process, by path: the writer, the applier and the metrics of

@@ -75,9 +75,7 @@ pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResu
 
 /// The usage file of a SQLite database file.
 pub fn own_file_path(database_file: &std::path::Path) -> PathBuf {
-    let mut name = database_file.as_os_str().to_os_string();
-    name.push(".usage");
-    PathBuf::from(name)
+    crate::db::beside(database_file, "usage")
 }
 
 /// Where `main`'s counts are kept: its usage file, opened (and created) on first use in this

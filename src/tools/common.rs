@@ -516,19 +516,21 @@ fn indexed_trait_value(value: &Value) -> Option<String> {
 /// with the rarest of its values)` when that value is carried by at most
 /// [`RARE_TRAIT_RECORDS`] records, so the list reads those few; none when every value is
 /// common (walking the list in its order then finds a page soon) or not indexed. The trait
-/// conditions themselves still decide. A filter of one indexed value also gets its count.
+/// conditions themselves still decide. One indexed value that is the list's only filter
+/// (`only_filter`) also gets its count.
 pub async fn rare_trait_candidates(
     ctx: &ToolContext,
     table: &'static str,
     traits: &Option<Map<String, Value>>,
+    only_filter: bool,
 ) -> ToolResult<TraitLookup> {
     use sea_orm::Statement;
     let db = &ctx.state.db;
     let backend = db.get_database_backend();
     let pairs: Vec<(&String, &Value)> = traits.iter().flat_map(|m| m.iter()).collect();
-    // A filter of one trait value alone may take its total from the index: count that one
-    // up to where totals stop being exact.
-    let alone = pairs.len() == 1;
+    // One trait value as the list's only filter takes its total from the index: count it up
+    // to where totals stop being exact.
+    let alone = only_filter && pairs.len() == 1;
     let cap = if alone {
         Ord::max(EXACT_TOTAL_LIMIT, RARE_TRAIT_RECORDS) + 1
     } else {
@@ -575,7 +577,7 @@ pub async fn rare_trait_candidates(
         )
     });
     Ok(TraitLookup {
-        rarest_key: candidates.as_ref().and(rarest_key),
+        rarest_key,
         candidates,
         counted_alone,
     })
@@ -588,8 +590,8 @@ pub struct TraitLookup {
     /// The trait whose value the candidates are: they all carry it (the triggers keep the
     /// index exact), so a count of the candidates need not check that trait again.
     pub rarest_key: Option<String>,
-    /// The records with its one value, when the filter is one indexed value (exact up to
-    /// [`EXACT_TOTAL_LIMIT`], a lower bound beyond): the list's total when nothing else filters.
+    /// The records with its one value, when that indexed value is the list's only filter
+    /// (exact up to [`EXACT_TOTAL_LIMIT`], a lower bound beyond): the list's total.
     pub counted_alone: Option<Total>,
 }
 

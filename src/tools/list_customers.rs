@@ -80,10 +80,18 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             min: input.min_mrr_cents,
             max: input.max_mrr_cents,
         });
+    // Filtered by nothing but the counted column (and traits): a total may be known without
+    // counting the list.
+    let no_other_filter = input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.min_mrr_cents.is_none()
+        && input.max_mrr_cents.is_none()
+        && input.name.is_none();
+    let trait_alone = no_other_filter && input.billing_status.is_none();
+    let traits = rare_trait_candidates(ctx, "customers", &input.traits, trait_alone).await?;
     // Trait values and name substrings are checked row by row (no index holds them).
     // `unimplied` leaves out the trait whose rare value the candidates below are: it is what
     // a count of those candidates still has to check.
-    let traits = rare_trait_candidates(ctx, "customers", &input.traits).await?;
     let mut residual = Condition::all();
     let mut unimplied = Condition::all();
     for (key, cond) in keyed_trait_filters(ctx, "customers", &input.traits)? {
@@ -123,30 +131,15 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         }
         served
     });
-    // Filtered by nothing but the counted column: the total is kept, not counted.
-    let only_counted = input.active_within.is_none()
-        && input.inactive_for.is_none()
-        && input.min_mrr_cents.is_none()
-        && input.max_mrr_cents.is_none()
-        && input.traits.as_ref().is_none_or(Map::is_empty)
-        && input.name.is_none();
-    let kept = only_counted.then(|| {
+    // Filtered by the counted column alone, the total is kept; by one trait value alone, the
+    // trait index counted it.
+    let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
         KnownTotal::Kept(KeptTotal {
             record: "customers",
             bucket: input.billing_status.map(BillingStatus::as_str),
         })
     });
-    // Filtered by one trait value alone: the trait index counted its records.
-    let only_the_trait = input.billing_status.is_none()
-        && input.active_within.is_none()
-        && input.inactive_for.is_none()
-        && input.min_mrr_cents.is_none()
-        && input.max_mrr_cents.is_none()
-        && input.name.is_none();
-    let known = kept.or(traits
-        .counted_alone
-        .filter(|_| only_the_trait)
-        .map(KnownTotal::Counted));
+    let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
     let residual = (!residual.is_empty()).then_some(residual);
     let unimplied = (!unimplied.is_empty()).then_some(unimplied);
     let (rows, total) = match (few, revenue) {

@@ -97,10 +97,18 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let found = resolve_customer(ctx, customer).await?;
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
+    // Filtered by nothing but the counted column (and traits): a total may be known without
+    // counting the list.
+    let no_other_filter = input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.customer.is_none()
+        && input.email.is_none()
+        && input.name.is_none();
+    let trait_alone = no_other_filter && input.stage.is_none();
+    let traits = rare_trait_candidates(ctx, "users", &input.traits, trait_alone).await?;
     // Trait values and name substrings are checked row by row (no index holds them).
     // `unimplied` leaves out the trait whose rare value the candidates below are: it is what
     // a count of those candidates still has to check.
-    let traits = rare_trait_candidates(ctx, "users", &input.traits).await?;
     let mut residual = Condition::all();
     let mut unimplied = Condition::all();
     for (key, cond) in keyed_trait_filters(ctx, "users", &input.traits)? {
@@ -118,30 +126,15 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         residual = residual.add(contains_ci(Column::Name, name));
         unimplied = unimplied.add(contains_ci(Column::Name, name));
     }
-    // Filtered by nothing but the counted column: the total is kept, not counted.
-    let only_counted = input.active_within.is_none()
-        && input.inactive_for.is_none()
-        && input.customer.is_none()
-        && input.traits.as_ref().is_none_or(Map::is_empty)
-        && input.email.is_none()
-        && input.name.is_none();
-    let kept = only_counted.then(|| {
+    // Filtered by the counted column alone, the total is kept; by one trait value alone, the
+    // trait index counted it.
+    let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
         KnownTotal::Kept(KeptTotal {
             record: "users",
             bucket: input.stage.map(Stage::as_str),
         })
     });
-    // Filtered by one trait value alone: the trait index counted its records.
-    let only_the_trait = input.stage.is_none()
-        && input.active_within.is_none()
-        && input.inactive_for.is_none()
-        && input.customer.is_none()
-        && input.email.is_none()
-        && input.name.is_none();
-    let known = kept.or(traits
-        .counted_alone
-        .filter(|_| only_the_trait)
-        .map(KnownTotal::Counted));
+    let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
     let residual = (!residual.is_empty()).then_some(residual);
     let unimplied = (!unimplied.is_empty()).then_some(unimplied);
     let (rows, total) = match rare_trait {

@@ -52,9 +52,10 @@ against the analytics views (customers, users, workspace_users, facts, sources, 
 billing_history, engagement_sessions, customer_totals, user_totals; see svc_schema for their \
 columns). The views hold only your organization's rows. For counts and revenue by billing \
 status or users by stage, read customer_totals or user_totals: kept current with every \
-change, they answer from one row per status where aggregating reads every customer. Writes, schema changes, ATTACH, PRAGMA, several statements and \
-reading anything but the views are refused; a statement gets 5 seconds. Returns {columns, \
-rows, rowCount, truncated}: at most maxRows rows (default 1000, up to 10000).";
+change, they answer from one row per status where aggregating reads every customer. Writes, \
+schema changes, ATTACH, PRAGMA, several statements and reading anything but the views are \
+refused; a statement gets 5 seconds. Returns {columns, rows, rowCount, truncated}: at most \
+maxRows rows (default 1000, up to 10000).";
 
 const REFUSED_PREFIX: &str = "svc_query runs one read-only SELECT over the analytics views";
 

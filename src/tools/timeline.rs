@@ -130,36 +130,49 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
 /// Entries in the whole window, counted up to the exact-count limit over all channels.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     let db = &ctx.state.db;
-    let mut counted = 0u64;
-    // Each channel is counted up to what the cap leaves: past the cap the total is a lower
-    // bound anyway, so a customer with 100,000 events is not counted three times over.
-    let left = |counted: u64| EXACT_TOTAL_LIMIT + 1 - counted.min(EXACT_TOTAL_LIMIT + 1);
-    if w.channels.product && left(counted) > 0 {
-        counted += count_up_to(
-            db,
-            event::Entity::find().filter(event_filter(ctx, w)),
-            left(counted),
-        )
-        .await?;
+    let mut total = CappedCount(0);
+    if w.channels.product {
+        total
+            .add(db, event::Entity::find().filter(event_filter(ctx, w)))
+            .await?;
     }
-    if w.channels.billing && left(counted) > 0 {
-        counted += count_up_to(
-            db,
-            billing_change::Entity::find().filter(billing_filter(ctx, w)),
-            left(counted),
-        )
-        .await?;
+    if w.channels.billing {
+        total
+            .add(
+                db,
+                billing_change::Entity::find().filter(billing_filter(ctx, w)),
+            )
+            .await?;
     }
     let types = w.channels.source_types();
-    if !types.is_empty() && left(counted) > 0 {
-        counted += count_up_to(
-            db,
-            source::Entity::find().filter(source_filter(ctx, w, &types)),
-            left(counted),
-        )
-        .await?;
+    if !types.is_empty() {
+        total
+            .add(
+                db,
+                source::Entity::find().filter(source_filter(ctx, w, &types)),
+            )
+            .await?;
     }
-    Ok(Total::capped(counted))
+    Ok(Total::capped(total.0))
+}
+
+/// A count over several tables, each counted only up to what the cap leaves: past the cap the
+/// total is a lower bound anyway, so a customer with 100,000 events is not counted three times
+/// over.
+struct CappedCount(u64);
+
+impl CappedCount {
+    async fn add<E: EntityTrait>(
+        &mut self,
+        db: &sea_orm::DatabaseConnection,
+        select: sea_orm::Select<E>,
+    ) -> Result<(), sea_orm::DbErr> {
+        let left = (EXACT_TOTAL_LIMIT + 1).saturating_sub(self.0);
+        if left > 0 {
+            self.0 += count_up_to(db, select, left).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
