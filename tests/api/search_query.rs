@@ -987,5 +987,13 @@ db_test!(
                 ask("SELECT stage, count(*) FROM users GROUP BY stage ORDER BY stage").await;
             assert_eq!(kept, counted, "user totals of {org}");
         }
+        let totals = sql(
+            app,
+            &theirs,
+            json!({ "sql": "SELECT * FROM customer_totals ORDER BY billing_status" }),
+        )
+        .await
+        .expect("query");
+        snap!("query_customer_totals", totals);
     }
 );
