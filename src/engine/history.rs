@@ -170,8 +170,7 @@ pub async fn test(
     let mut skip: Option<String> = None;
     let (subject, events, occurred) = match input {
         TestInput::Event(event_id) => {
-            let row = find_event(db, org, &event_id).await?;
-            let applied = AppliedEvent::from(row);
+            let applied = find_event(db, org, &event_id).await?;
             let ids = Identities::load(db, std::slice::from_ref(&applied)).await?;
             let view_json = applied.match_view();
             let mut subject: Option<Subject> = None;
@@ -272,18 +271,31 @@ pub async fn test(
     })
 }
 
-async fn find_event(db: &DatabaseConnection, org: &str, id: &str) -> PlatformResult<event::Model> {
-    event::Entity::find_by_id(id.trim().to_string())
-        .filter(event::Column::OrganizationId.eq(org))
-        .one(db)
-        .await?
-        .ok_or_else(|| {
-            PlatformError::NotFound(format!(
-                "event `{}` not found (an event can be tested once its effects are applied, \
-                 within seconds of its acknowledgement)",
-                id.trim()
-            ))
-        })
+/// The event as evaluation sees it: stored, or still in the ingest journal (acknowledged, its
+/// effects not applied yet: attributed to the users and accounts already stored).
+async fn find_event(db: &DatabaseConnection, org: &str, id: &str) -> PlatformResult<AppliedEvent> {
+    let id = id.trim();
+    let stored = || async {
+        event::Entity::find_by_id(id.to_string())
+            .filter(event::Column::OrganizationId.eq(org))
+            .one(db)
+            .await
+    };
+    if let Some(row) = stored().await? {
+        return Ok(row.into());
+    }
+    let journal = crate::ingest::journal::Journal::of(db).await?;
+    if let Some((batch, at)) = journal.find_event(org, id).await? {
+        if let Some(pending) = crate::ingest::pending_event::as_stored(db, &batch, at).await? {
+            return Ok(pending);
+        }
+    }
+    // Applied between the two reads: the applier removes a batch from the journal only after
+    // its events are stored.
+    match stored().await? {
+        Some(row) => Ok(row.into()),
+        None => Err(PlatformError::NotFound(format!("event `{id}` not found"))),
+    }
 }
 
 /// A subject by grain and key: a customer by id, domain or externalId; a user by email,

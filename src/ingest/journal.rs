@@ -119,6 +119,47 @@ impl Journal {
         read_after(self.conn(), seq, limit).await
     }
 
+    /// The journaled batch of `organization_id` that holds the event `event_id`, with the
+    /// event's position in it: an acknowledged event whose effects are not applied yet (or,
+    /// on a file of its own, were applied a moment ago and not yet deleted).
+    pub async fn find_event(
+        &self,
+        organization_id: &str,
+        event_id: &str,
+    ) -> Result<Option<(Batch, usize)>, DbErr> {
+        let conn = self.conn();
+        let backend = conn.get_database_backend();
+        // The journal has no index but its sequence: this reads the organization's pending
+        // batches, which the applier keeps few.
+        let sql = match backend {
+            DbBackend::Postgres => {
+                "SELECT batch::text FROM ingest_journal AS j WHERE j.organization_id = ? \
+                 AND j.batch -> 'events' @> jsonb_build_array(jsonb_build_object('id', ?::text)) \
+                 ORDER BY j.seq LIMIT 1"
+            }
+            _ => {
+                "SELECT batch FROM ingest_journal AS j WHERE j.organization_id = ? \
+                 AND EXISTS (SELECT 1 FROM json_each(j.batch, '$.events') AS e \
+                 WHERE json_extract(e.value, '$.id') = ?) ORDER BY j.seq LIMIT 1"
+            }
+        };
+        let row = conn
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                crate::db::placeholders(backend, sql),
+                [organization_id.into(), event_id.into()],
+            ))
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let text: String = row.try_get_by_index(0)?;
+        let batch: Batch = serde_json::from_str(&text)
+            .map_err(|e| DbErr::Custom(format!("a journaled batch cannot be read: {e}")))?;
+        let at = batch.events.iter().position(|e| e.id == event_id);
+        Ok(at.map(|at| (batch, at)))
+    }
+
     /// What is waiting for the applier, for everyone or one organization.
     pub async fn backlog(&self, organization_id: Option<&str>) -> Result<Backlog, DbErr> {
         match self {

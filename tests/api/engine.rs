@@ -696,6 +696,94 @@ db_test!(
     }
 );
 
+// An event acknowledged a moment ago is in the `events` view before its effects are applied;
+// the dry run answers for it then too, attributed to the user and account already stored.
+db_test!(
+    dry_run_answers_for_an_event_not_yet_applied,
+    |app: TestApp| async move {
+        let o = org(&app, "Pending Co").await;
+        let (dest, _) = webhook(&app, &o, "https://hooks.example.com/p").await;
+        let sig = match_signal(&app, &o, "Pending", on_event("pending", json!([]))).await;
+        let id = create_automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
+        identify(&app, &o, "ga@pending.co", "acct_pending").await;
+        app.settle().await;
+        let account = customer::Entity::find()
+            .filter(customer::Column::ExternalId.eq("acct_pending"))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("the identified account");
+
+        // Another organization, with an automation of its own.
+        let other = org(&app, "Bystander Co").await;
+        let (their_dest, _) = webhook(&app, &other, "https://hooks.example.com/b").await;
+        let their_sig = match_signal(&app, &other, "Pending", on_event("pending", json!([]))).await;
+        let theirs = create_automation(
+            &app,
+            &other,
+            on_signals(&[&their_sig], &[&their_dest], "ANY", json!({})),
+        )
+        .await;
+
+        let held = app.hold_applier().await;
+        let r = app
+            .ingest_unapplied(
+                &o.pk,
+                json!({"source": "server", "events": [{"type": "custom", "eventName": "pending",
+                    "url": "https://app.x.com/reports", "path": "/reports",
+                    "email": "ga@pending.co", "properties": {"n": 2}}]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let view = app
+            .post(
+                "/api/tools/call",
+                "/api/tools/call",
+                &o.key,
+                Some(json!({"tool": "svc_query", "input":
+                    {"sql": "SELECT id, customer_id FROM events WHERE event_name = 'pending'"}})),
+            )
+            .await;
+        assert_eq!(view.status, StatusCode::OK, "{}", view.body);
+        let rows = view.body["rows"].clone();
+        assert_eq!(rows.as_array().map(Vec::len), Some(1), "{}", view.body);
+        assert_eq!(rows[0][1], Value::Null, "not applied yet: {}", view.body);
+        let event_id = rows[0][0].as_str().unwrap().to_string();
+
+        let route = "/api/automations/{id}/test";
+        let path = format!("/api/automations/{id}/test");
+        let dry_run = || app.post(route, &path, &o.key, Some(json!({"eventId": event_id})));
+        let pending = dry_run().await;
+        assert_eq!(pending.status, StatusCode::OK, "{}", pending.body);
+        let data = &pending.body["result"]["data"];
+        assert_eq!(data["run"]["status"], "PENDING", "{}", pending.body);
+        assert_eq!(data["payload"]["subject"]["key"], "ga@pending.co");
+        assert_eq!(data["run"]["events"][0]["id"], event_id.as_str());
+        assert_eq!(data["run"]["events"][0]["customerId"], account.id.as_str());
+        assert_eq!(data["run"]["events"][0]["data"]["properties"]["n"], 2);
+        // Another organization's key finds no such event.
+        let r = app
+            .post(
+                route,
+                &format!("/api/automations/{theirs}/test"),
+                &other.key,
+                Some(json!({"eventId": event_id})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+        held.rollback().await.unwrap();
+
+        // Applied, the same event makes the same run.
+        app.settle().await;
+        let applied = dry_run().await;
+        assert_eq!(applied.status, StatusCode::OK, "{}", applied.body);
+        let after = &applied.body["result"]["data"];
+        assert_eq!(after["run"]["subject"], data["run"]["subject"]);
+        assert_eq!(after["run"]["events"], data["run"]["events"]);
+        assert_eq!(after["run"]["status"], data["run"]["status"]);
+    }
+);
+
 db_test!(
     trigger_and_audience_are_validated,
     |app: TestApp| async move {

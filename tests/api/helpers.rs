@@ -210,6 +210,25 @@ impl TestApp {
         }
     }
 
+    /// Keeps the ingest applier from applying anything until the answer is dropped, while
+    /// acknowledgements go on: on SQLite by holding the main file's write lock (the journal has
+    /// a file of its own), on PostgreSQL by holding the applier's advisory lock.
+    pub async fn hold_applier(&self) -> sea_orm::DatabaseTransaction {
+        use sea_orm::TransactionTrait;
+        if self.db.get_database_backend() == sea_orm::DbBackend::Sqlite {
+            return custintel::db::begin_write(&self.db)
+                .await
+                .expect("the write lock");
+        }
+        let txn = self.db.begin().await.expect("a transaction");
+        txn.execute_unprepared(
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.ingest_applier'))",
+        )
+        .await
+        .expect("the applier's lock");
+        txn
+    }
+
     pub async fn org(&self, name: &str) -> CreatedOrganization {
         org_in(&self.db, name).await
     }

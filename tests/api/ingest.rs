@@ -21,8 +21,16 @@ const VISITOR: &str = "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11";
 const SESSION: &str = "0b3c9a4e-6f57-4f0e-8a8e-1c2d3e4f5a6b";
 
 impl TestApp {
-    /// Posts a batch as JSON and checks the answer against the description.
+    /// Posts a batch as JSON, checks the answer against the description and waits until its
+    /// effects are applied.
     pub async fn ingest(&self, public_key: &str, body: Value) -> Reply {
+        let reply = self.ingest_unapplied(public_key, body).await;
+        self.settle().await;
+        reply
+    }
+
+    /// [`TestApp::ingest`] without waiting for the applier.
+    pub async fn ingest_unapplied(&self, public_key: &str, body: Value) -> Reply {
         let resp = self
             .client
             .post(format!("{}/api/i/v1/{public_key}/events", self.base))
@@ -32,7 +40,6 @@ impl TestApp {
             .expect("request");
         let reply = read(resp).await;
         check_schema("post", ROUTE, reply.status.as_u16(), &reply.body);
-        self.settle().await;
         reply
     }
 

@@ -230,7 +230,7 @@ pub struct TestSubject {
     pub key: String,
 }
 
-/// What to test with: a stored event's id, or a subject.
+/// What to test with: an event's id, or a subject.
 #[derive(Debug, Deserialize, Object)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[oai(rename_all = "camelCase")]
@@ -326,7 +326,9 @@ impl AutomationRunsApi {
     /// the run the automation would make (`SKIPPED` with the reason when the event matches none
     /// of its signals, the subject is outside the audience, or no destination is enabled) and
     /// the body its webhook destinations would receive. Nothing is stored or sent, and the
-    /// agent is not called (the payload carries the template message).
+    /// agent is not called (the payload carries the template message). An event acknowledged
+    /// a moment ago, whose effects are not applied yet, is tested as received: attributed to
+    /// the users and accounts already stored (one its batch creates is not there yet).
     #[oai(
         path = "/api/automations/:id/test",
         method = "post",
