@@ -21,6 +21,7 @@ mod m20261126_020000_reads_at_scale_indexes;
 mod m20261126_030000_trait_values;
 mod m20261126_040000_revenue_keys_indexes;
 mod m20261126_050000_record_totals_revenue;
+mod m20261127_010000_customer_name_trigrams;
 
 pub struct Migrator;
 
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_030000_trait_values::Migration),
             Box::new(m20261126_040000_revenue_keys_indexes::Migration),
             Box::new(m20261126_050000_record_totals_revenue::Migration),
+            Box::new(m20261127_010000_customer_name_trigrams::Migration),
         ]
     }
 }

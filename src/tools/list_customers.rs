@@ -227,8 +227,9 @@ impl Revenue {
 /// reads only those customers instead of every customer of the organization. The index may
 /// hold stale names (see the `customer_name_search` migration), so this only narrows the
 /// candidates; the `LIKE` on the real name still decides. `None` where the index cannot help:
-/// PostgreSQL, needles under three characters (trigram lookups need three), and needles with
-/// `LIKE` wildcards or escapes.
+/// needles under three characters (trigram lookups need three), needles with `LIKE` wildcards
+/// or escapes, and PostgreSQL, whose trigram index on `lower(name)` (where `pg_trgm` could be
+/// installed: migration `customer_name_trigrams`) serves the `LIKE` itself.
 fn name_index_candidates(ctx: &ToolContext, needle: &str) -> Option<SimpleExpr> {
     if ctx.state.db.get_database_backend() != DbBackend::Sqlite {
         return None;
