@@ -5,6 +5,7 @@
 pub mod api;
 pub mod correlation;
 pub mod envelope;
+pub mod links;
 pub mod mcp;
 pub mod metrics;
 pub mod request;

@@ -16,7 +16,7 @@ use crate::http::{api, correlation};
 
 /// The published description as a JSON value. Post-processing adds what poem-openapi cannot
 /// say: named objects allow no properties beyond their declared ones (the spec's envelopes
-/// forbid extras; request bodies refuse unknown fields).
+/// forbid extras; request bodies refuse unknown fields), and the links between operations.
 pub fn openapi_document(service_spec_json: &str) -> Value {
     let mut doc: Value = serde_json::from_str(service_spec_json).unwrap_or(Value::Null);
     if let Some(schemas) = doc
@@ -53,6 +53,7 @@ pub fn openapi_document(service_spec_json: &str) -> Value {
     }
     // The tool gateway's input contracts come from schemars, not poem-openapi.
     crate::tools::openapi::extend_description(&mut doc);
+    crate::http::links::add_links(&mut doc);
     doc
 }
 
