@@ -40,13 +40,6 @@ const LINKS: &[Link] = &[
         description: "Archives the signal just created.",
     },
     Link {
-        from: "listSignals",
-        name: "GetFirstSignal",
-        to: "getSignal",
-        parameters: &[("id", "$response.body#/result/data/signals/0/id")],
-        description: "The first signal of the list.",
-    },
-    Link {
         from: "createAutomation",
         name: "GetAutomation",
         to: "getAutomation",
@@ -103,13 +96,6 @@ const LINKS: &[Link] = &[
         description: "Enables the automation again.",
     },
     Link {
-        from: "listAutomations",
-        name: "GetFirstAutomation",
-        to: "getAutomation",
-        parameters: &[("id", "$response.body#/result/data/automations/0/id")],
-        description: "The first automation of the list.",
-    },
-    Link {
         from: "listAutomationRuns",
         name: "GetFirstRun",
         to: "getAutomationRun",
@@ -143,13 +129,6 @@ const LINKS: &[Link] = &[
         to: "disableDestination",
         parameters: &[("id", DESTINATION)],
         description: "Disables the destination just created.",
-    },
-    Link {
-        from: "listDestinations",
-        name: "GetFirstDestination",
-        to: "getDestination",
-        parameters: &[("id", "$response.body#/result/data/destinations/0/id")],
-        description: "The first destination of the list.",
     },
     Link {
         from: "listAgents",
