@@ -158,11 +158,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         }
         (None, revenue) => {
             // Many matches: walking the activity index finds a page soon, while the revenue
-            // index would read and sort every match. The revenue range is written so that no
-            // index serves it on the page, and counted through the revenue index.
+            // index would read and sort every match. The page checks the revenue range on
+            // the activity index's entries ([`Revenue::walked`]); the total counts it through
+            // the revenue index.
             let counted = revenue.as_ref().map(|r| filter.clone().add(r.indexed()));
             if let Some(r) = &revenue {
-                filter = filter.add(r.walked());
+                filter = filter.add(r.walked(ctx.state.db.get_database_backend()));
             }
             activity_page::<Entity>(
                 ctx,
@@ -207,10 +208,16 @@ impl Revenue {
         cond
     }
 
-    /// The range as no index serves it (`mrr_cents + 0`): checked on the rows (on SQLite, on
-    /// the activity index's entries, which hold the revenue) while the page walks the activity
-    /// index.
-    fn walked(&self) -> Condition {
+    /// The range as the page walking the activity index checks it, on the index's entries
+    /// (which end with the revenue). On SQLite as an expression (`mrr_cents + 0`), which no
+    /// index serves, so the planner keeps to the activity order: SQLite evaluates it on the
+    /// entry. PostgreSQL checks only plain column conditions on an index's entries (an
+    /// expression needs the row), and with its statistics keeps to the activity order for a
+    /// wide range.
+    fn walked(&self, backend: DbBackend) -> Condition {
+        if backend == DbBackend::Postgres {
+            return self.indexed();
+        }
         let walked = || Expr::col((entity::customer::Entity, Column::MrrCents)).add(0);
         let mut cond = Condition::all();
         if let Some(min) = self.min {
