@@ -63,22 +63,23 @@ pub struct ToolsBenchArgs {
     #[arg(long, default_value_t = 0)]
     pub with_ingest: u64,
     /// Measure on this PostgreSQL database (`postgres://...`, in a fresh schema dropped at the
-    /// end) instead of a temporary SQLite file.
+    /// end unless kept) instead of a temporary SQLite file.
     #[arg(long, value_name = "URL")]
     pub postgres: Option<String>,
     /// Only the cases whose label contains this text.
     #[arg(long)]
     pub only: Option<String>,
-    /// Keep the generated SQLite database (its path is printed) to inspect query plans or to
-    /// measure again with `--reuse`.
+    /// Keep the generated database (the SQLite file's path, or the PostgreSQL schema's name,
+    /// is printed) to inspect query plans or to measure again with `--reuse`.
     #[arg(long)]
     pub keep_database: bool,
-    /// Measure on a SQLite database an earlier run kept (`--keep-database`) instead of loading
-    /// a new one: the book is not imported again (migrations still run), so the cases can be
-    /// measured again after a change in minutes rather than the load's hour at a million
-    /// customers. `--customers` must be the scale that database was loaded with.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["postgres", "keep_database"])]
-    pub reuse: Option<std::path::PathBuf>,
+    /// Measure on a database an earlier run kept (`--keep-database`) instead of loading a new
+    /// one: a SQLite file's path, or with `--postgres` the name of the schema. The book is not
+    /// imported again (migrations still run), so the cases can be measured again after a
+    /// change in minutes rather than the load's hour at a million customers. `--customers`
+    /// must be the scale that database was loaded with.
+    #[arg(long, value_name = "PATH|SCHEMA", conflicts_with = "keep_database")]
+    pub reuse: Option<String>,
 }
 
 pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
@@ -885,17 +886,28 @@ fn spawn_ingest(
 
 /// Runs the benchmark: loads, serves, measures every case, prints the table and a JSON line.
 pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
-    if let Some(path) = &args.reuse {
-        if !path.is_file() {
-            bail!("--reuse: no database at {}", path.display());
-        }
-        let conn =
-            crate::db::connect(&format!("sqlite://{}?mode=rw", path.display()), None).await?;
+    if let Some(kept) = &args.reuse {
+        let (conn, label) = match &args.postgres {
+            Some(url) => (
+                crate::db::connect(url, Some(kept)).await?,
+                format!("PostgreSQL ({url}, schema {kept}), reused"),
+            ),
+            None => {
+                let path = std::path::Path::new(kept);
+                if !path.is_file() {
+                    bail!("--reuse: no database at {}", path.display());
+                }
+                (
+                    crate::db::connect(&format!("sqlite://{}?mode=rw", path.display()), None)
+                        .await?,
+                    format!(
+                        "SQLite (WAL, synchronous=NORMAL), reused from {}",
+                        path.display()
+                    ),
+                )
+            }
+        };
         crate::db::migrate(&conn).await?;
-        let label = format!(
-            "SQLite (WAL, synchronous=NORMAL), reused from {}",
-            path.display()
-        );
         let loaded = reuse(&conn).await?;
         return measure_all(&args, &conn, &label, &loaded).await;
     }
@@ -908,13 +920,17 @@ pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
     };
     let (conn, label, schema) = bench_ingest::open(&options, dir.path()).await?;
     let result = run(&args, &conn, &label, dir.path()).await;
-    bench_ingest::drop_schema(&options, schema.as_deref()).await?;
-    if args.keep_database && schema.is_none() {
-        let kept = dir.keep();
-        eprintln!(
-            "bench: database kept at {}",
-            kept.join("bench.db").display()
-        );
+    match (&schema, args.keep_database) {
+        (Some(schema), true) => eprintln!("bench: PostgreSQL schema kept: {schema}"),
+        (Some(_), false) => bench_ingest::drop_schema(&options, schema.as_deref()).await?,
+        (None, true) => {
+            let kept = dir.keep();
+            eprintln!(
+                "bench: database kept at {}",
+                kept.join("bench.db").display()
+            );
+        }
+        (None, false) => {}
     }
     result
 }
