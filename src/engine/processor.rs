@@ -212,6 +212,8 @@ async fn retry_later(
 ) -> Result<(), sea_orm::DbErr> {
     use sea_orm::sea_query::Expr;
     let pause = chrono::Duration::seconds(2i64.pow(run.processor_attempts.clamp(0, 6) as u32));
+    // One transaction with the automation's last-run fields (see `runs::transition`).
+    let txn = crate::db::begin_write(db).await?;
     automation_run::Entity::update_many()
         .col_expr(
             automation_run::Column::Status,
@@ -222,15 +224,16 @@ async fn retry_later(
             Expr::value(Some(Utc::now() + pause)),
         )
         .filter(automation_run::Column::Id.eq(&run.id))
-        .exec(db)
+        .exec(&txn)
         .await?;
     runs::follow_newest(
-        db,
+        &txn,
         &run.automation_id,
         run.triggered_at,
         AutomationRunStatus::Pending,
     )
-    .await
+    .await?;
+    txn.commit().await
 }
 
 /// What a run is about, loaded for the audience check and the payload.

@@ -185,14 +185,17 @@ pub struct Transition {
 }
 
 /// Moves a run to `to` and the automation's last-run fields with it.
-pub async fn transition<C: ConnectionTrait>(
-    conn: &C,
+pub async fn transition(
+    db: &sea_orm::DatabaseConnection,
     run: &automation_run::Model,
     to: AutomationRunStatus,
     change: Transition,
 ) -> Result<(), DbErr> {
-    transition_run(conn, run, to, change).await?;
-    follow_newest(conn, &run.automation_id, run.triggered_at, to).await
+    // One transaction: a reader never sees the run moved and its automation not yet.
+    let txn = crate::db::begin_write(db).await?;
+    transition_run(&txn, run, to, change).await?;
+    follow_newest(&txn, &run.automation_id, run.triggered_at, to).await?;
+    txn.commit().await
 }
 
 /// Moves the runs' automations' last-run fields to the newest of `moved` (run, its new status).
@@ -322,7 +325,7 @@ pub fn settled_status(deliveries: &[DeliveryStatus]) -> Option<AutomationRunStat
 
 /// Runs waiting on background retries whose deliveries have all finished get their final
 /// status; returns how many.
-pub async fn settle_deliveries<C: ConnectionTrait>(conn: &C) -> Result<usize, DbErr> {
+pub async fn settle_deliveries(conn: &sea_orm::DatabaseConnection) -> Result<usize, DbErr> {
     let waiting = automation_run::Entity::find()
         .filter(automation_run::Column::Status.eq(AutomationRunStatus::PendingDelivery))
         .order_by_asc(automation_run::Column::UpdatedAt)
