@@ -16,7 +16,8 @@
 //! Between chunks a serving instance's writers get the SQLite write lock. A chunk whose write
 //! fails is rolled back and written again one line per transaction, so only the line that
 //! cannot be stored is rejected. PostgreSQL `ANALYZE`s the tables the import fills as they
-//! grow ([`Growth`]) and every table it filled at the end; SQLite `ANALYZE`s them at the end.
+//! grow ([`Growth`]) and `VACUUM (ANALYZE)`s every table it filled at the end (index-only scans
+//! need the visibility map); SQLite `ANALYZE`s them at the end.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -251,13 +252,12 @@ pub enum ImportError {
 
 /// Imports JSON Lines from a reader (blank lines are skipped), reading the next chunk while
 /// the current one is written.
-pub async fn import_reader<C, R>(
-    db: &C,
+pub async fn import_reader<R>(
+    db: &sea_orm::DatabaseConnection,
     organization_id: &str,
     reader: R,
 ) -> Result<ImportReport, ImportError>
 where
-    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
     R: BufRead + Send + 'static,
 {
     let read_next = |mut reader: R, mut line: usize| {
@@ -283,7 +283,23 @@ where
             growth.after_chunk(db, &report.imported).await?;
         }
     }
-    refresh_statistics(db, &filled_tables(&report.imported)).await?;
+    let mut filled = filled_tables(&report.imported);
+    // PostgreSQL counts rare trait values through the trait index (which triggers on
+    // customers and users fill) with index-only scans: it is vacuumed too. SQLite's serving
+    // instances analyze it when `PRAGMA optimize` asks.
+    let imported = &report.imported;
+    if db.get_database_backend() == DbBackend::Postgres && imported.customer + imported.user > 0 {
+        filled.push("trait_values");
+    }
+    if !filled.is_empty() {
+        let started = Instant::now();
+        crate::db::statistics::after_bulk_load(db, &filled).await?;
+        tracing::debug!(
+            tables = ?filled,
+            took_ms = started.elapsed().as_millis() as u64,
+            "import: planner statistics (and PostgreSQL's visibility map) refreshed"
+        );
+    }
     Ok(report)
 }
 
@@ -353,11 +369,10 @@ fn filled_tables(imported: &ImportCounts) -> Vec<&'static str> {
     tables
 }
 
-/// Planner statistics of the tables the import filled, so that the service's reads are
-/// planned for what is now in them (DESIGN.md "Reads at scale"): `ANALYZE` of those tables on
-/// PostgreSQL (a sample of at most 30,000 rows each: well under a second at millions of rows),
-/// and on SQLite a whole `ANALYZE` of each index, one statement each, so a serving instance's
-/// writers get the write lock between them (see `db::statistics`).
+/// PostgreSQL, during the import: planner statistics of the tables it is filling, so that its
+/// own look-ups and a serving instance's reads are planned for what is now in them (DESIGN.md
+/// "Reads at scale"): `ANALYZE`, a sample of at most 30,000 rows each (well under a second at
+/// millions of rows). At the end, `db::statistics::after_bulk_load`.
 async fn refresh_statistics<C>(db: &C, tables: &[&'static str]) -> Result<(), DbErr>
 where
     C: ConnectionTrait,

@@ -1076,5 +1076,24 @@ db_test!(
             let n: i64 = row.try_get_by_index(0).expect("a number");
             assert!(n > 0, "no planner statistics for {table}");
         }
+        // PostgreSQL: vacuumed too, so that index-only scans need not visit the rows.
+        if backend == sea_orm::DbBackend::Postgres {
+            for table in ["customers", "users", "sources", "facts", "trait_values"] {
+                let row = app
+                    .db
+                    .query_one_raw(Statement::from_string(
+                        backend,
+                        format!(
+                            "SELECT COUNT(*) FROM pg_stat_user_tables WHERE schemaname = \
+                             current_schema() AND relname = '{table}' AND last_vacuum IS NOT NULL"
+                        ),
+                    ))
+                    .await
+                    .expect("query")
+                    .expect("a row");
+                let n: i64 = row.try_get_by_index(0).expect("a number");
+                assert_eq!(n, 1, "{table} was not vacuumed");
+            }
+        }
     }
 );
