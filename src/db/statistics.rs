@@ -71,7 +71,7 @@ pub async fn refresh(db: &DatabaseConnection) -> Result<Vec<String>, DbErr> {
             let mut analyzed = Vec::new();
             for row in rows {
                 let name: String = row.try_get("", "name")?;
-                db.execute_unprepared(&format!("ANALYZE \"{}\"", name.replace('"', "\"\"")))
+                db.execute_unprepared(&format!("ANALYZE {}", quote(&name)))
                     .await?;
                 analyzed.push(name);
             }
@@ -92,11 +92,7 @@ pub async fn refresh(db: &DatabaseConnection) -> Result<Vec<String>, DbErr> {
 pub async fn after_bulk_load(db: &DatabaseConnection, tables: &[&str]) -> Result<(), DbErr> {
     if db.get_database_backend() == DbBackend::Postgres {
         if !tables.is_empty() {
-            let list: Vec<String> = tables
-                .iter()
-                .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-                .collect();
-            db.execute_unprepared(&format!("VACUUM (ANALYZE) {}", list.join(", ")))
+            db.execute_unprepared(&format!("VACUUM (ANALYZE) {}", quoted_list(tables)))
                 .await?;
         }
         return Ok(());
@@ -104,16 +100,27 @@ pub async fn after_bulk_load(db: &DatabaseConnection, tables: &[&str]) -> Result
     analyze_tables(db, tables).await
 }
 
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `"a", "b"`.
+fn quoted_list(tables: &[&str]) -> String {
+    tables
+        .iter()
+        .map(|t| quote(t))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Analyzes `tables` now, whole: after a bulk load that has just filled them, or for what
 /// [`refresh`] finds stale. On SQLite one index per statement (see the module doc).
 pub async fn analyze_tables<C: ConnectionTrait>(db: &C, tables: &[&str]) -> Result<(), DbErr> {
-    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
     if db.get_database_backend() != DbBackend::Sqlite {
         // One statement: PostgreSQL samples each table (30,000 rows at most) without blocking
         // writers.
         if !tables.is_empty() {
-            let list: Vec<String> = tables.iter().map(|t| quote(t)).collect();
-            db.execute_unprepared(&format!("ANALYZE {}", list.join(", ")))
+            db.execute_unprepared(&format!("ANALYZE {}", quoted_list(tables)))
                 .await?;
         }
         return Ok(());

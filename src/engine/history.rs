@@ -286,7 +286,7 @@ async fn find_event(db: &DatabaseConnection, org: &str, id: &str) -> PlatformRes
     }
     let journal = crate::ingest::journal::Journal::of(db).await?;
     if let Some((batch, at)) = journal.find_event(org, id).await? {
-        if let Some(pending) = crate::ingest::pending_event::as_stored(db, &batch, at).await? {
+        if let Some(pending) = crate::ingest::effects::pending::as_stored(db, &batch, at).await? {
             return Ok(pending);
         }
     }

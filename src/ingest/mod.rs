@@ -9,7 +9,6 @@ pub mod dedup;
 pub mod effects;
 pub mod journal;
 pub mod model;
-pub mod pending_event;
 pub mod sensitive;
 pub mod stats;
 pub mod store;

@@ -595,18 +595,51 @@ pub struct TraitLookup {
     pub counted_alone: Option<Total>,
 }
 
-/// Conditions for a `traits` filter object, each with its trait's key.
-pub fn keyed_trait_filters(
-    ctx: &ToolContext,
-    table: &str,
-    traits: &Option<Map<String, Value>>,
-) -> ToolResult<Vec<(String, SimpleExpr)>> {
-    let backend = ctx.state.db.get_database_backend();
-    traits
-        .iter()
-        .flat_map(|m| m.iter())
-        .map(|(k, v)| Ok((k.clone(), trait_equals(backend, table, k, v)?)))
-        .collect()
+/// A list's conditions checked row by row (no index holds them): trait values and name
+/// substrings. `all` is what a row must pass; `unimplied` leaves out the trait whose rare
+/// value the list's candidates are ([`TraitLookup::rarest_key`]): it is what a count of those
+/// candidates still has to check.
+pub struct Residuals {
+    all: sea_orm::Condition,
+    unimplied: sea_orm::Condition,
+}
+
+impl Residuals {
+    /// The `traits` filter object's conditions.
+    pub fn of_traits(
+        ctx: &ToolContext,
+        table: &str,
+        traits: &Option<Map<String, Value>>,
+        lookup: &TraitLookup,
+    ) -> ToolResult<Self> {
+        let backend = ctx.state.db.get_database_backend();
+        let mut me = Self {
+            all: sea_orm::Condition::all(),
+            unimplied: sea_orm::Condition::all(),
+        };
+        for (key, value) in traits.iter().flat_map(|m| m.iter()) {
+            let cond = trait_equals(backend, table, key, value)?;
+            if lookup.rarest_key.as_deref() != Some(key.as_str()) {
+                me.unimplied = me.unimplied.add(cond.clone());
+            }
+            me.all = me.all.add(cond);
+        }
+        Ok(me)
+    }
+
+    /// Adds a condition no index implies.
+    pub fn add(&mut self, cond: SimpleExpr) {
+        let all = std::mem::replace(&mut self.all, sea_orm::Condition::all());
+        self.all = all.add(cond.clone());
+        let unimplied = std::mem::replace(&mut self.unimplied, sea_orm::Condition::all());
+        self.unimplied = unimplied.add(cond);
+    }
+
+    /// (`all`, `unimplied`), each `None` when empty.
+    pub fn split(self) -> (Option<sea_orm::Condition>, Option<sea_orm::Condition>) {
+        let some = |c: sea_orm::Condition| (!c.is_empty()).then_some(c);
+        (some(self.all), some(self.unimplied))
+    }
 }
 
 /// The keyset condition after `(t, id0)` in `ORDER BY column DESC, id DESC` (not null).

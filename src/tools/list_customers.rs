@@ -12,8 +12,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, contains_ci, count_up_to, key_time_opt, keyed_trait_filters, parse_duration,
-        rare_trait_candidates, ListRequest,
+        check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
+        rare_trait_candidates, ListRequest, Residuals,
     },
     few_matches_page::{few_matches_page, FEW_MATCHES},
     record_counts::KeptTotal,
@@ -89,20 +89,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.name.is_none();
     let trait_alone = no_other_filter && input.billing_status.is_none();
     let traits = rare_trait_candidates(ctx, "customers", &input.traits, trait_alone).await?;
-    // Trait values and name substrings are checked row by row (no index holds them).
-    // `unimplied` leaves out the trait whose rare value the candidates below are: it is what
-    // a count of those candidates still has to check.
-    let mut residual = Condition::all();
-    let mut unimplied = Condition::all();
-    for (key, cond) in keyed_trait_filters(ctx, "customers", &input.traits)? {
-        if traits.rarest_key.as_deref() != Some(key.as_str()) {
-            unimplied = unimplied.add(cond.clone());
-        }
-        residual = residual.add(cond);
-    }
+    let mut residuals = Residuals::of_traits(ctx, "customers", &input.traits, &traits)?;
     if let Some(name) = &input.name {
-        residual = residual.add(contains_ci(Column::Name, name));
-        unimplied = unimplied.add(contains_ci(Column::Name, name));
+        residuals.add(contains_ci(Column::Name, name));
         if let Some(candidates) = name_index_candidates(ctx, name) {
             filter = filter.add(candidates);
         }
@@ -140,8 +129,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         })
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
-    let residual = (!residual.is_empty()).then_some(residual);
-    let unimplied = (!unimplied.is_empty()).then_some(unimplied);
+    let (residual, unimplied) = residuals.split();
     let (rows, total) = match (few, revenue) {
         (Some(few), _) => {
             let served = few.add(range.condition(Column::LastActivityAt));

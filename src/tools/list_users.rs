@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, contains_ci, key_time_opt, keyed_trait_filters, parse_duration,
-        rare_trait_candidates, resolve_customer, ListRequest,
+        check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
+        resolve_customer, ListRequest, Residuals,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -106,25 +106,14 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.name.is_none();
     let trait_alone = no_other_filter && input.stage.is_none();
     let traits = rare_trait_candidates(ctx, "users", &input.traits, trait_alone).await?;
-    // Trait values and name substrings are checked row by row (no index holds them).
-    // `unimplied` leaves out the trait whose rare value the candidates below are: it is what
-    // a count of those candidates still has to check.
-    let mut residual = Condition::all();
-    let mut unimplied = Condition::all();
-    for (key, cond) in keyed_trait_filters(ctx, "users", &input.traits)? {
-        if traits.rarest_key.as_deref() != Some(key.as_str()) {
-            unimplied = unimplied.add(cond.clone());
-        }
-        residual = residual.add(cond);
-    }
+    let mut residuals = Residuals::of_traits(ctx, "users", &input.traits, &traits)?;
     let rare_trait = traits.candidates;
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
     if let Some(name) = &input.name {
-        residual = residual.add(contains_ci(Column::Name, name));
-        unimplied = unimplied.add(contains_ci(Column::Name, name));
+        residuals.add(contains_ci(Column::Name, name));
     }
     // Filtered by the counted column alone, the total is kept; by one trait value alone, the
     // trait index counted it.
@@ -135,8 +124,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         })
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
-    let residual = (!residual.is_empty()).then_some(residual);
-    let unimplied = (!unimplied.is_empty()).then_some(unimplied);
+    let (residual, unimplied) = residuals.split();
     let (rows, total) = match rare_trait {
         // A rare trait value: read its few users, then order them.
         Some(candidates) => {

@@ -735,19 +735,15 @@ db_test!(
             )
             .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-        let view = app
-            .post(
-                "/api/tools/call",
-                "/api/tools/call",
-                &o.key,
-                Some(json!({"tool": "svc_query", "input":
-                    {"sql": "SELECT id, customer_id FROM events WHERE event_name = 'pending'"}})),
-            )
-            .await;
-        assert_eq!(view.status, StatusCode::OK, "{}", view.body);
-        let rows = view.body["rows"].clone();
-        assert_eq!(rows.as_array().map(Vec::len), Some(1), "{}", view.body);
-        assert_eq!(rows[0][1], Value::Null, "not applied yet: {}", view.body);
+        let view = crate::ingest::query(
+            &app,
+            &o.key,
+            "SELECT id, customer_id FROM events WHERE event_name = 'pending'",
+        )
+        .await;
+        let rows = view["rows"].clone();
+        assert_eq!(rows.as_array().map(Vec::len), Some(1), "{view}");
+        assert_eq!(rows[0][1], Value::Null, "not applied yet: {view}");
         let event_id = rows[0][0].as_str().unwrap().to_string();
 
         let route = "/api/automations/{id}/test";

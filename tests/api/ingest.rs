@@ -974,8 +974,8 @@ db_test!(sent_at_corrects_client_clock, |app: TestApp| async move {
     );
 });
 
-/// Runs `svc_query` through the gateway.
-async fn query(app: &TestApp, key: &str, sql: &str) -> Value {
+/// Runs `svc_query` through the gateway (answering 200).
+pub async fn query(app: &TestApp, key: &str, sql: &str) -> Value {
     let r = app
         .post(
             "/api/tools/call",

@@ -331,14 +331,7 @@ async fn resolve_user<C: ConnectionTrait>(
     }
     if found.is_none() {
         if let Some(email) = &who.email {
-            let mut query = user::Entity::find()
-                .filter(user::Column::OrganizationId.eq(org))
-                .filter(user::Column::Email.eq(email.as_str()));
-            // A user already known under another `userId` is a different person.
-            if who.user_id.is_some() {
-                query = query.filter(user::Column::ExternalId.is_null());
-            }
-            found = query.one(conn).await?;
+            found = user_by_email(conn, org, email, who.user_id.is_some()).await?;
         }
     }
     let name = trait_str(&who.traits, "name");
@@ -397,6 +390,23 @@ async fn resolve_user<C: ConnectionTrait>(
             })
         }
     }
+}
+
+/// The stored user with this email; with `has_user_id`, only one known under no `userId` (a
+/// user already known under another `userId` is a different person).
+pub(super) async fn user_by_email<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    email: &str,
+    has_user_id: bool,
+) -> Result<Option<user::Model>, DbErr> {
+    let mut query = user::Entity::find()
+        .filter(user::Column::OrganizationId.eq(org))
+        .filter(user::Column::Email.eq(email));
+    if has_user_id {
+        query = query.filter(user::Column::ExternalId.is_null());
+    }
+    query.one(conn).await
 }
 
 /// [`resolve_customer`] for an account named by its `externalId` alone.

@@ -10,6 +10,7 @@ mod billing;
 mod engagement;
 mod identity;
 mod known;
+pub mod pending;
 mod preload;
 mod write;
 

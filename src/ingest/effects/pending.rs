@@ -1,24 +1,17 @@
 //! An acknowledged event whose effects are not applied yet, as the applier would store it: for
 //! reads that should not wait for the applier (an automation's dry run by `eventId`). The
-//! event is attributed the way the applier attributes it (`effects::identity`), to the users,
-//! accounts and visitors already stored, and nothing is written: a user or account the batch
-//! would create is not there yet, so the event names none.
+//! event is attributed the way [`super::identity`] attributes it, to the users, accounts and
+//! visitors already stored, and nothing is written: a user or account the batch would create
+//! is not there yet, so the event names none.
 
 use entity::{customer, user, visitor};
 use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 
-use super::{
+use super::identity::{user_by_email, Attribution};
+use crate::ingest::{
     store::EventRow,
     validate::{Batch, Effect},
 };
-
-/// Who an event is attributed to.
-#[derive(Default)]
-struct Attribution {
-    user_id: Option<String>,
-    customer_id: Option<String>,
-    visitor_id: Option<String>,
-}
 
 /// The event at `at` of `batch`, with the user and account it would be attributed to now.
 pub async fn as_stored<C: ConnectionTrait>(
@@ -43,9 +36,9 @@ pub async fn as_stored<C: ConnectionTrait>(
             } = &earlier.effect
             {
                 let identified = identify(conn, org, email, user_id, customer_id, &to).await?;
-                to.user_id = identified.user_id;
+                to.user = identified.user;
                 if batch.customer_identity.is_none() {
-                    to.customer_id = identified.customer_id;
+                    to.customer = identified.customer;
                 }
             }
         }
@@ -58,8 +51,8 @@ pub async fn as_stored<C: ConnectionTrait>(
             ..
         } => {
             let identified = identify(conn, org, email, user_id, customer_id, &to).await?;
-            to.user_id = identified.user_id;
-            to.customer_id = identified.customer_id;
+            to.user = identified.user;
+            to.customer = identified.customer;
         }
         Effect::Attribute {
             email,
@@ -68,23 +61,23 @@ pub async fn as_stored<C: ConnectionTrait>(
             customer_id,
         } => {
             if let Some(external_id) = customer_id {
-                to.customer_id = customer_by_external_id(conn, org, external_id).await?;
+                to.customer = customer_by_external_id(conn, org, external_id).await?;
             }
             if email.is_some() || user_id.is_some() {
                 let found = user_by(conn, org, email.as_deref(), user_id.as_deref()).await?;
                 if customer_id.is_none() {
-                    to.customer_id = found
+                    to.customer = found
                         .as_ref()
                         .and_then(|u| u.customer_id.clone())
-                        .or(to.customer_id.take());
+                        .or(to.customer.take());
                 }
-                to.user_id = found.map(|u| u.id);
+                to.user = found.map(|u| u.id);
             } else if let Some(fingerprint) = fingerprint {
                 if let Some(v) = visitor_of(conn, org, fingerprint).await? {
-                    to.user_id = v.user_id.or(to.user_id.take());
-                    to.customer_id = v.customer_id.or(to.customer_id.take());
+                    to.user = v.user_id.or(to.user.take());
+                    to.customer = v.customer_id.or(to.customer.take());
                 }
-                to.visitor_id = Some(fingerprint.clone());
+                to.visitor = Some(fingerprint.clone());
             }
         }
         Effect::Billing {
@@ -99,7 +92,7 @@ pub async fn as_stored<C: ConnectionTrait>(
                     break;
                 }
             }
-            to.customer_id = found;
+            to.customer = found;
         }
         Effect::None | Effect::Engagement { .. } | Effect::Stage(_) => {}
     }
@@ -109,9 +102,9 @@ pub async fn as_stored<C: ConnectionTrait>(
         message_id: event.message_id.clone(),
         event_type: event.event_type.clone(),
         event_name: event.event_name.clone(),
-        visitor_id: to.visitor_id,
-        user_id: to.user_id,
-        customer_id: to.customer_id,
+        visitor_id: to.visitor,
+        user_id: to.user,
+        customer_id: to.customer,
         url: event.url.clone(),
         path: event.path.clone(),
         occurred_at: event.occurred_at,
@@ -145,9 +138,9 @@ async fn batch_attribution<C: ConnectionTrait>(
         customer_id = user_customer.or_else(|| visitor.and_then(|v| v.customer_id));
     }
     Ok(Attribution {
-        user_id,
-        customer_id,
-        visitor_id: batch.visitor_id.clone(),
+        user: user_id,
+        customer: customer_id,
+        visitor: batch.visitor_id.clone(),
     })
 }
 
@@ -168,16 +161,15 @@ async fn identify<C: ConnectionTrait>(
     let user_customer = user
         .as_ref()
         .and_then(|u| u.customer_id.clone())
-        .or_else(|| before.customer_id.clone());
+        .or_else(|| before.customer.clone());
     Ok(Attribution {
-        user_id: user.map(|u| u.id),
-        customer_id: customer.or(user_customer),
-        visitor_id: before.visitor_id.clone(),
+        user: user.map(|u| u.id),
+        customer: customer.or(user_customer),
+        visitor: before.visitor.clone(),
     })
 }
 
-/// The stored user by `userId` (its `externalId`), then by email (a user known under another
-/// `userId` is a different person).
+/// The stored user by `userId` (its `externalId`), then by email.
 async fn user_by<C: ConnectionTrait>(
     conn: &C,
     org: &str,
@@ -194,16 +186,10 @@ async fn user_by<C: ConnectionTrait>(
             return Ok(found);
         }
     }
-    let Some(email) = email else {
-        return Ok(None);
-    };
-    let mut query = user::Entity::find()
-        .filter(user::Column::OrganizationId.eq(org))
-        .filter(user::Column::Email.eq(email));
-    if external_id.is_some() {
-        query = query.filter(user::Column::ExternalId.is_null());
+    match email {
+        Some(email) => user_by_email(conn, org, email, external_id.is_some()).await,
+        None => Ok(None),
     }
-    query.one(conn).await
 }
 
 async fn customer_by_external_id<C: ConnectionTrait>(
