@@ -2,7 +2,7 @@
 //! not fit. Shared by every domain module; the HTTP side turns issues into its error bodies.
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// One segment of a validation path: an object key or an array index.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -126,14 +126,263 @@ fn describe_serde_error(message: &str) -> String {
     message.to_string()
 }
 
-/// Parses raw body bytes: JSON syntax first, then the shape of `T`.
-pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Vec<ValidationIssue>> {
+/// Parses raw body bytes as JSON; an empty body is refused.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, Vec<ValidationIssue>> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(vec![ValidationIssue::root(
             "a JSON request body is required",
         )]);
     }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| vec![ValidationIssue::root(format!("malformed JSON: {e}"))])?;
-    parse_value(value)
+    serde_json::from_slice(bytes)
+        .map_err(|e| vec![ValidationIssue::root(format!("malformed JSON: {e}"))])
+}
+
+/// The issues a JSON Schema validator finds in `input`, each at the path of the offending value
+/// (an unknown key and a missing required one at their own path, not their object's).
+pub fn schema_issues(validator: &jsonschema::Validator, input: &Value) -> Vec<ValidationIssue> {
+    let mut issues = Vec::new();
+    for err in validator.iter_errors(input) {
+        let mut path: Vec<PathSegment> = err
+            .instance_path()
+            .iter()
+            .map(|seg| match seg {
+                jsonschema::paths::LocationSegment::Property(p) => PathSegment::Key(p.to_string()),
+                jsonschema::paths::LocationSegment::Index(i) => PathSegment::from(i),
+            })
+            .collect();
+        match err.kind() {
+            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for name in unexpected {
+                    let mut p = path.clone();
+                    p.push(PathSegment::Key(name.clone()));
+                    issues.push(ValidationIssue::new(
+                        p,
+                        format!("unknown property `{name}`"),
+                    ));
+                }
+                continue;
+            }
+            jsonschema::error::ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default().to_string();
+                path.push(PathSegment::Key(name.clone()));
+                issues.push(ValidationIssue::new(path, format!("`{name}` is required")));
+                continue;
+            }
+            // Every allowed value, not the first two.
+            jsonschema::error::ValidationErrorKind::Enum { options } => {
+                let listed: Vec<String> = options
+                    .as_array()
+                    .map(|a| a.iter().map(shown).collect())
+                    .unwrap_or_default();
+                let message = format!(
+                    "`{}` is not one of {}",
+                    shown(err.instance()),
+                    listed.join(", ")
+                );
+                issues.push(ValidationIssue::new(path, message));
+                continue;
+            }
+            jsonschema::error::ValidationErrorKind::Pattern { pattern }
+                if pattern == DURATION_PATTERN =>
+            {
+                let message = format!(
+                    "`{}` is not a duration: a whole number from 1 to 100000 followed by h, d or w, e.g. `7d`",
+                    shown(err.instance())
+                );
+                issues.push(ValidationIssue::new(path, message));
+                continue;
+            }
+            _ => {}
+        }
+        issues.push(ValidationIssue::new(path, err.to_string()));
+    }
+    issues
+}
+
+/// A value as an issue quotes it: strings without their JSON quotes.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A duration as DESIGN.md writes it: a whole number from 1 to 100000 followed by `h`, `d` or
+/// `w`. Issues with it say so in words.
+pub const DURATION_PATTERN: &str = r"^\s*0*([1-9][0-9]{0,4}|100000)[hdw]\s*$";
+
+/// Rewrites, in place and at every depth, each `oneOf` whose members all pin one property to a
+/// single value (a tagged union) as `if`/`then` on that property: a body then gets the issues of
+/// the member its tag names, instead of "not valid under any of the schemas". `resolve`
+/// resolves a member (e.g. a `$ref`) to the schema that pins the tag.
+pub fn discriminate(schema: &mut Value, resolve: &dyn Fn(&Value) -> Option<Value>) {
+    match schema {
+        Value::Object(map) => {
+            for value in map.values_mut() {
+                discriminate(value, resolve);
+            }
+            if let Some(rewritten) = tagged_union(map, resolve) {
+                map.remove("oneOf");
+                map.remove("discriminator");
+                for (k, v) in rewritten {
+                    map.insert(k, v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| discriminate(v, resolve)),
+        _ => {}
+    }
+}
+
+/// The single value a member pins `property` to (`const`, or an `enum` of one).
+fn pinned<'a>(member: &'a Value, property: &str) -> Option<&'a Value> {
+    let required = member.get("required")?.as_array()?;
+    if !required.iter().any(|r| r.as_str() == Some(property)) {
+        return None;
+    }
+    let p = member.get("properties")?.get(property)?;
+    p.get("const")
+        .or_else(|| match p.get("enum")?.as_array()?.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        })
+}
+
+fn tagged_union(
+    map: &Map<String, Value>,
+    resolve: &dyn Fn(&Value) -> Option<Value>,
+) -> Option<Map<String, Value>> {
+    let members = map.get("oneOf")?.as_array()?;
+    if members.len() < 2 {
+        return None;
+    }
+    let resolved: Vec<Value> = members
+        .iter()
+        .map(|m| resolve(m).unwrap_or_else(|| m.clone()))
+        .collect();
+    let candidates: Vec<String> = match map
+        .get("discriminator")
+        .and_then(|d| d.get("propertyName"))
+        .and_then(Value::as_str)
+    {
+        Some(name) => vec![name.to_string()],
+        None => resolved[0]
+            .get("required")?
+            .as_array()?
+            .iter()
+            .filter_map(|r| r.as_str().map(str::to_string))
+            .collect(),
+    };
+    let property = candidates
+        .into_iter()
+        .find(|p| resolved.iter().all(|m| pinned(m, p).is_some()))?;
+    let values: Vec<Value> = resolved
+        .iter()
+        .filter_map(|m| pinned(m, &property).cloned())
+        .collect();
+    let mut branches = Vec::new();
+    for (member, value) in members.iter().zip(&values) {
+        branches.push(serde_json::json!({
+            "if": {"required": [property], "properties": {&property: {"const": value}}},
+            "then": member,
+        }));
+    }
+    let mut out = Map::new();
+    out.insert("type".into(), Value::from("object"));
+    out.insert("required".into(), serde_json::json!([property]));
+    out.insert(
+        "properties".into(),
+        serde_json::json!({ &property: {"enum": values} }),
+    );
+    out.insert("allOf".into(), Value::Array(branches));
+    Some(out)
+}
+
+/// An optional field of a contract may be left out, not sent as null: schemars' `null`
+/// alternatives (of `Option` fields) are taken out.
+fn refuse_null(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Array(options)) = map.get("anyOf") {
+                let rest: Vec<Value> = options
+                    .iter()
+                    .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
+                    .cloned()
+                    .collect();
+                if rest.len() == 1 && rest.len() < options.len() {
+                    map.remove("anyOf");
+                    if let Value::Object(inner) = &rest[0] {
+                        for (k, v) in inner {
+                            map.entry(k.clone()).or_insert_with(|| v.clone());
+                        }
+                    }
+                }
+            }
+            if let Some(Value::Array(types)) = map.get("type") {
+                let rest: Vec<Value> = types
+                    .iter()
+                    .filter(|t| t.as_str() != Some("null"))
+                    .cloned()
+                    .collect();
+                if rest.len() == 1 {
+                    map.insert("type".into(), rest[0].clone());
+                }
+            }
+            if let Some(Value::Array(values)) = map.get_mut("enum") {
+                values.retain(|v| !v.is_null());
+            }
+            if map.get("default") == Some(&Value::Null) {
+                map.remove("default");
+            }
+            for value in map.values_mut() {
+                refuse_null(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(refuse_null),
+        _ => {}
+    }
+}
+
+/// A JSON contract defined by a type: its JSON Schema (from schemars, the types it is made of
+/// under `$defs`) is
+/// what the API description shows for the field and what every reader of such JSON checks
+/// before deserializing it, so the two cannot drift.
+pub struct Contract {
+    schema: Value,
+    validator: Option<jsonschema::Validator>,
+}
+
+impl Contract {
+    pub fn of<T: schemars::JsonSchema>() -> Self {
+        let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+        let mut schema = generator.into_root_schema_for::<T>().to_value();
+        if let Some(obj) = schema.as_object_mut() {
+            obj.remove("title");
+            obj.remove("$schema");
+        }
+        refuse_null(&mut schema);
+        let mut checked = schema.clone();
+        discriminate(&mut checked, &|_| None);
+        let validator = jsonschema::validator_for(&checked).ok();
+        Self { schema, validator }
+    }
+
+    /// The JSON Schema (draft 2020-12) as generated.
+    pub fn schema(&self) -> &Value {
+        &self.schema
+    }
+
+    /// Checks `input` against the schema, then deserializes it.
+    pub fn parse<T: DeserializeOwned>(&self, input: &Value) -> Result<T, Vec<ValidationIssue>> {
+        let Some(validator) = &self.validator else {
+            return Err(vec![ValidationIssue::root(
+                "this field's contract could not be compiled",
+            )]);
+        };
+        let issues = schema_issues(validator, input);
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        parse_from(input)
+    }
 }

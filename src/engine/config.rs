@@ -11,11 +11,14 @@ use chrono::{DateTime, Datelike, Duration, Utc};
 use chrono_tz::Tz;
 use entity::{
     customer::{self, BillingStatus},
-    user, StatusEnum,
+    user,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::matching::EventMatcher;
+use super::{
+    contract,
+    matching::{Condition, EventMatcher},
+};
 use crate::{
     agents::schedules::Schedule,
     validation::{PathSegment, ValidationIssue},
@@ -49,42 +52,9 @@ pub fn parse_span(raw: &str) -> Option<Duration> {
     crate::tools::common::duration(raw).filter(|d| *d > Duration::zero())
 }
 
-fn span_at(obj: &Map<String, Value>, key: &str, issues: &mut Issues) -> Option<Duration> {
-    let raw = obj.get(key)?;
-    match raw.as_str().and_then(parse_span) {
-        Some(d) => Some(d),
-        None => {
-            let shown = raw.as_str().map_or_else(|| raw.to_string(), str::to_string);
-            issues.push(issue(
-                &[key],
-                format!("`{shown}` is not a duration: a number followed by h, d or w, e.g. `7d`"),
-            ));
-            None
-        }
-    }
-}
-
-fn refuse_unknown(obj: &Map<String, Value>, known: &[&str], issues: &mut Issues) {
-    for key in obj.keys() {
-        if !known.contains(&key.as_str()) {
-            issues.push(issue(
-                &[key.as_str()],
-                format!("unknown key; allowed: {}", known.join(", ")),
-            ));
-        }
-    }
-}
-
-fn as_object<'a>(json: &'a Value, issues: &mut Issues) -> Option<&'a Map<String, Value>> {
-    let obj = json.as_object();
-    if obj.is_none() {
-        issues.push(issue(&[], "must be a JSON object"));
-    }
-    obj
-}
-
 /// How often a subject may start a run of one automation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Dedupe {
     Hour,
     Day,
@@ -168,132 +138,89 @@ pub fn parse_trigger(
     json: &Value,
     active_signals: usize,
 ) -> Result<Trigger, Issues> {
-    let mut issues = Issues::new();
-    let Some(obj) = as_object(json, &mut issues) else {
-        return Err(issues);
-    };
-    let trigger = match trigger_type {
-        "SCHEDULE" => parse_schedule(obj, &mut issues).map(Trigger::Schedule),
-        _ => {
-            parse_signal_trigger(obj, match_mode, active_signals, &mut issues).map(Trigger::Signal)
-        }
-    };
-    match trigger {
-        Some(t) if issues.is_empty() => Ok(t),
-        _ => Err(issues),
+    if trigger_type == "SCHEDULE" {
+        let schedule: contract::ScheduleTrigger = contract::SCHEDULE.parse(json)?;
+        return read_schedule(schedule).map(Trigger::Schedule);
     }
+    let trigger: contract::SignalOccurrenceTrigger = contract::SIGNAL_OCCURRENCE.parse(json)?;
+    read_signal_trigger(trigger, match_mode, active_signals).map(Trigger::Signal)
 }
 
-fn parse_signal_trigger(
-    obj: &Map<String, Value>,
+/// A duration the contract's pattern admitted.
+fn span(raw: Option<&str>, default: Duration) -> Duration {
+    raw.and_then(parse_span).unwrap_or(default)
+}
+
+fn read_signal_trigger(
+    trigger: contract::SignalOccurrenceTrigger,
     match_mode: &str,
     active_signals: usize,
-    issues: &mut Issues,
-) -> Option<SignalTrigger> {
-    refuse_unknown(obj, &["window", "atLeast", "dedupe"], issues);
-    let window = span_at(obj, "window", issues).unwrap_or_else(|| Duration::days(7));
-    let dedupe = match obj.get("dedupe") {
-        None => Dedupe::Day,
-        Some(v) => match v.as_str() {
-            Some("hour") => Dedupe::Hour,
-            Some("day") => Dedupe::Day,
-            Some("week") => Dedupe::Week,
-            Some("none") => Dedupe::None,
-            _ => {
-                issues.push(issue(
-                    &["dedupe"],
-                    format!("`{v}` is not one of hour, day, week, none"),
-                ));
-                Dedupe::Day
-            }
-        },
-    };
-    let at_least = obj.get("atLeast");
-    let combine = match match_mode {
-        "ALL" => Combine::All,
-        "AT_LEAST" => match at_least.and_then(Value::as_u64) {
-            Some(n) if n >= 1 && (n as usize) <= active_signals.max(1) => {
-                Combine::AtLeast(n as usize)
-            }
-            Some(_) | None => {
-                let message = match at_least {
-                    None => "required when matchMode is AT_LEAST".to_string(),
-                    Some(v) => format!(
-                        "`{v}` must be an integer from 1 to the number of linked active signals ({active_signals})"
-                    ),
-                };
-                issues.push(issue(&["atLeast"], message));
-                Combine::Any
-            }
-        },
+) -> Result<SignalTrigger, Issues> {
+    let combine = match (match_mode, trigger.at_least) {
+        ("AT_LEAST", Some(n)) if (n as usize) <= active_signals.max(1) => {
+            Combine::AtLeast(n as usize)
+        }
+        ("AT_LEAST", Some(n)) => {
+            return Err(vec![issue(
+                &["atLeast"],
+                format!(
+                    "`{n}` must be an integer from 1 to the number of linked active signals ({active_signals})"
+                ),
+            )])
+        }
+        ("AT_LEAST", None) => {
+            return Err(vec![issue(
+                &["atLeast"],
+                "required when matchMode is AT_LEAST",
+            )])
+        }
+        (_, Some(_)) => {
+            return Err(vec![issue(
+                &["atLeast"],
+                "only used when matchMode is AT_LEAST",
+            )])
+        }
+        ("ALL", None) => Combine::All,
         _ => Combine::Any,
     };
-    if match_mode != "AT_LEAST" && at_least.is_some() {
-        issues.push(issue(&["atLeast"], "only used when matchMode is AT_LEAST"));
-    }
-    Some(SignalTrigger {
+    Ok(SignalTrigger {
         combine,
-        window,
-        dedupe,
+        window: span(trigger.window.as_deref(), Duration::days(7)),
+        dedupe: trigger.dedupe.unwrap_or(Dedupe::Day),
     })
 }
 
-fn parse_schedule(obj: &Map<String, Value>, issues: &mut Issues) -> Option<ScheduleTrigger> {
-    refuse_unknown(obj, &["cron", "every", "timezone"], issues);
-    let tz_text = match obj.get("timezone") {
-        None => "UTC",
-        Some(Value::String(s)) => s.as_str(),
-        Some(other) => {
-            issues.push(issue(&["timezone"], format!("`{other}` is not a string")));
-            "UTC"
-        }
+fn read_schedule(schedule: contract::ScheduleTrigger) -> Result<ScheduleTrigger, Issues> {
+    let tz_text = schedule.timezone.as_deref().unwrap_or("UTC");
+    let Ok(timezone) = Tz::from_str(tz_text.trim()) else {
+        return Err(vec![issue(
+            &["timezone"],
+            format!("`{tz_text}` is not an IANA time zone (e.g. `UTC`, `Europe/Berlin`)"),
+        )]);
     };
-    let timezone = match Tz::from_str(tz_text.trim()) {
-        Ok(tz) => tz,
-        Err(_) => {
-            issues.push(issue(
-                &["timezone"],
-                format!("`{tz_text}` is not an IANA time zone (e.g. `UTC`, `Europe/Berlin`)"),
-            ));
-            Tz::UTC
-        }
-    };
-    let cadence = match (obj.get("cron"), obj.get("every")) {
+    let cadence = match (schedule.cron, schedule.every) {
         (Some(_), Some(_)) => {
-            issues.push(issue(&["every"], "give either cron or every, not both"));
-            None
+            return Err(vec![issue(
+                &["every"],
+                "give either cron or every, not both",
+            )])
         }
-        (None, None) => {
-            issues.push(issue(&["cron"], "a schedule needs cron or every"));
-            None
-        }
-        (Some(cron), None) => match cron.as_str() {
-            Some(text) => match Schedule::parse(text, tz_text) {
-                Ok(s) => Some(Cadence::Cron(s)),
-                Err(crate::agents::schedules::ScheduleError::Cron(m)) => {
-                    issues.push(issue(&["cron"], m));
-                    None
-                }
-                // The time zone was reported above.
-                Err(_) => None,
-            },
-            None => {
-                issues.push(issue(&["cron"], "must be a string such as `0 9 * * 1`"));
-                None
+        (None, None) => return Err(vec![issue(&["cron"], "a schedule needs cron or every")]),
+        (Some(cron), None) => match Schedule::parse(&cron, tz_text) {
+            Ok(s) => Cadence::Cron(s),
+            Err(crate::agents::schedules::ScheduleError::Cron(m)) => {
+                return Err(vec![issue(&["cron"], m)])
+            }
+            Err(_) => {
+                return Err(vec![issue(
+                    &["timezone"],
+                    format!("`{tz_text}` is not an IANA time zone"),
+                )])
             }
         },
-        (None, Some(every)) => match every.as_str().and_then(parse_span) {
-            Some(d) => Some(Cadence::Every(d)),
-            None => {
-                issues.push(issue(
-                    &["every"],
-                    format!("`{every}` is not a duration: a number followed by h, d or w"),
-                ));
-                None
-            }
-        },
+        (None, Some(every)) => Cadence::Every(span(Some(&every), Duration::days(1))),
     };
-    cadence.map(|cadence| ScheduleTrigger { cadence, timezone })
+    Ok(ScheduleTrigger { cadence, timezone })
 }
 
 /// Who an automation's runs are for (`{}` is everyone).
@@ -309,96 +236,29 @@ pub struct Audience {
     pub inactive_for: Option<Duration>,
 }
 
-use entity::user::STAGES;
-
-fn string_list(
-    obj: &Map<String, Value>,
-    key: &str,
-    allowed: &[&str],
-    issues: &mut Issues,
-) -> Option<Vec<String>> {
-    let raw = obj.get(key)?;
-    let Some(items) = raw.as_array() else {
-        issues.push(issue(&[key], "must be an array of strings"));
-        return None;
-    };
-    let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        match item.as_str() {
-            Some(s) if allowed.contains(&s) => out.push(s.to_string()),
-            _ => issues.push(ValidationIssue::new(
-                vec![key.into(), PathSegment::from(i)],
-                format!("`{item}` is not one of {}", allowed.join(", ")),
-            )),
-        }
-    }
-    Some(out)
-}
-
-fn int_at(obj: &Map<String, Value>, key: &str, issues: &mut Issues) -> Option<i64> {
-    let raw = obj.get(key)?;
-    match raw.as_i64() {
-        Some(n) if n >= 0 => Some(n),
-        _ => {
-            issues.push(issue(&[key], format!("`{raw}` is not an integer >= 0")));
-            None
-        }
-    }
-}
-
 /// Reads `audienceFilterJson`.
 pub fn parse_audience(json: &Value) -> Result<Audience, Issues> {
-    let mut issues = Issues::new();
-    let Some(obj) = as_object(json, &mut issues) else {
-        return Err(issues);
-    };
-    refuse_unknown(
-        obj,
-        &[
-            "billingStatus",
-            "minMrrCents",
-            "maxMrrCents",
-            "traits",
-            "stage",
-            "activeWithin",
-            "inactiveFor",
-        ],
-        &mut issues,
-    );
-    let billing = BillingStatus::names();
-    let mut audience = Audience {
-        // Every listed string is one of `billing`, so each parses.
-        billing_status: string_list(obj, "billingStatus", &billing, &mut issues).map(|listed| {
-            listed
-                .iter()
-                .filter_map(|s| BillingStatus::parse(s))
-                .collect()
-        }),
-        min_mrr_cents: int_at(obj, "minMrrCents", &mut issues),
-        max_mrr_cents: int_at(obj, "maxMrrCents", &mut issues),
-        stage: string_list(obj, "stage", &STAGES, &mut issues),
-        active_within: span_at(obj, "activeWithin", &mut issues),
-        inactive_for: span_at(obj, "inactiveFor", &mut issues),
-        traits: Vec::new(),
-    };
-    match obj.get("traits") {
-        None => {}
-        Some(Value::Object(map)) => {
-            for (k, v) in map {
-                let values = match v {
-                    Value::Array(items) => items.clone(),
-                    other => vec![other.clone()],
-                };
-                audience.traits.push((k.clone(), values));
-            }
-        }
-        Some(_) => issues.push(issue(&["traits"], "must be an object of trait values")),
-    }
-    if issues.is_empty() {
-        Ok(audience)
-    } else {
-        Err(issues)
-    }
+    let filter: contract::AudienceFilter = contract::AUDIENCE.parse(json)?;
+    let duration = |raw: Option<String>| raw.as_deref().and_then(parse_span);
+    Ok(Audience {
+        billing_status: filter.billing_status,
+        min_mrr_cents: filter.min_mrr_cents,
+        max_mrr_cents: filter.max_mrr_cents,
+        traits: filter
+            .traits
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| match v {
+                Value::Array(items) => (k, items),
+                other => (k, vec![other]),
+            })
+            .collect(),
+        stage: filter
+            .stage
+            .map(|stages| stages.iter().map(|s| s.as_str().to_string()).collect()),
+        active_within: duration(filter.active_within),
+        inactive_for: duration(filter.inactive_for),
+    })
 }
 
 impl Audience {
@@ -471,7 +331,10 @@ impl Audience {
 }
 
 /// What an occurrence is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Grain {
     User,
     Customer,
@@ -495,7 +358,10 @@ impl Grain {
 }
 
 /// The identifier that must be known for a subject; its value is the subject's key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
 pub enum Resolver {
     UserId,
     Email,
@@ -550,193 +416,65 @@ impl SignalRule {
     }
 }
 
-const MATCH_KEYS: [&str; 3] = ["eventNames", "propertyConditions", "conditionMode"];
-
-fn compile_matcher(
-    obj: &Map<String, Value>,
-    path: &[&str],
-    issues: &mut Issues,
-) -> Option<EventMatcher> {
-    let names_ok = obj
-        .get("eventNames")
-        .and_then(Value::as_array)
-        .is_some_and(|a| {
-            !a.is_empty() && a.iter().all(|n| n.as_str().is_some_and(|s| !s.is_empty()))
-        });
-    if !names_ok {
-        let mut p = path.to_vec();
-        p.push("eventNames");
-        issues.push(issue(
-            &p,
-            "a non-empty array of non-empty event names is required",
-        ));
-        return None;
-    }
-    match EventMatcher::compile(&Value::Object(obj.clone())) {
-        Ok(m) => Some(m),
-        Err(message) => {
-            let field = message.split(':').next().unwrap_or("").trim().to_string();
-            let mut p: Vec<&str> = path.to_vec();
-            if MATCH_KEYS.contains(&field.as_str()) {
-                p.push(
-                    MATCH_KEYS
-                        .iter()
-                        .find(|k| **k == field)
-                        .copied()
-                        .unwrap_or(""),
-                );
-            }
-            issues.push(issue(&p, message));
-            None
-        }
-    }
-}
-
 /// Compiles a signal's stored definition; issues are relative to the definition.
 pub fn compile_signal(kind: &str, definition: &Value) -> Result<SignalRule, Issues> {
-    let mut issues = Issues::new();
-    let Some(obj) = as_object(definition, &mut issues) else {
-        return Err(issues);
-    };
-    let grain = obj
-        .get("grain")
-        .and_then(Value::as_str)
-        .and_then(Grain::parse);
-    if grain.is_none() {
-        issues.push(issue(&["grain"], "must be one of user, customer"));
-    }
-    let resolver = obj
-        .get("subjectResolver")
-        .and_then(Value::as_str)
-        .and_then(Resolver::parse);
-    if resolver.is_none() {
-        issues.push(issue(
-            &["subjectResolver"],
-            "must be one of userId, email, customerId, visitorId",
-        ));
-    }
-    let pattern = if kind == "EVENT_PATTERN" {
-        refuse_unknown(obj, &["grain", "subjectResolver", "pattern"], &mut issues);
-        compile_pattern(obj.get("pattern"), &mut issues)
-    } else {
-        refuse_unknown(
-            obj,
-            &[
-                "grain",
-                "subjectResolver",
-                "eventNames",
-                "propertyConditions",
-                "conditionMode",
-            ],
-            &mut issues,
-        );
-        compile_matcher(obj, &[], &mut issues).map(Pattern::Match)
-    };
-    match (grain, resolver, pattern) {
-        (Some(grain), Some(resolver), Some(pattern)) if issues.is_empty() => Ok(SignalRule {
-            grain,
-            resolver,
+    if kind == "EVENT_PATTERN" {
+        let d: contract::EventPatternDefinition = contract::EVENT_PATTERN.parse(definition)?;
+        let pattern = match d.pattern {
+            contract::Pattern::Count {
+                event_names,
+                property_conditions,
+                condition_mode,
+                min,
+                within,
+            } => Pattern::Count {
+                matcher: matcher(event_names, property_conditions, condition_mode),
+                min,
+                within: span(Some(&within), Duration::days(1)),
+            },
+            contract::Pattern::Sequence { steps, within } => Pattern::Sequence {
+                steps: steps
+                    .into_iter()
+                    .map(|s| matcher(s.event_names, s.property_conditions, s.condition_mode))
+                    .collect(),
+                within: span(Some(&within), Duration::days(1)),
+            },
+        };
+        return Ok(SignalRule {
+            grain: d.grain,
+            resolver: d.subject_resolver,
             pattern,
-        }),
-        _ => Err(issues),
+        });
     }
+    let d: contract::EventMatchDefinition = contract::EVENT_MATCH.parse(definition)?;
+    Ok(SignalRule {
+        grain: d.grain,
+        resolver: d.subject_resolver,
+        pattern: Pattern::Match(matcher(
+            d.event_names,
+            d.property_conditions,
+            Some(d.condition_mode),
+        )),
+    })
 }
 
-fn compile_pattern(raw: Option<&Value>, issues: &mut Issues) -> Option<Pattern> {
-    let Some(obj) = raw.and_then(Value::as_object) else {
-        issues.push(issue(
-            &["pattern"],
-            "an object with type count or sequence is required",
-        ));
-        return None;
-    };
-    let within = match obj
-        .get("within")
-        .and_then(Value::as_str)
-        .and_then(parse_span)
-    {
-        Some(d) => Some(d),
-        None => {
-            issues.push(issue(
-                &["pattern", "within"],
-                "a duration such as `1d` is required",
-            ));
-            None
-        }
-    };
-    match obj.get("type").and_then(Value::as_str) {
-        Some("count") => {
-            let mut known = MATCH_KEYS.to_vec();
-            known.extend(["type", "min", "within"]);
-            refuse_unknown_under(obj, &known, "pattern", issues);
-            let min = match obj.get("min").and_then(Value::as_u64) {
-                Some(n) if n >= 1 => Some(n),
-                _ => {
-                    issues.push(issue(&["pattern", "min"], "an integer >= 1 is required"));
-                    None
-                }
-            };
-            let mut matcher_obj = obj.clone();
-            matcher_obj.retain(|k, _| MATCH_KEYS.contains(&k.as_str()));
-            let matcher = compile_matcher(&matcher_obj, &["pattern"], issues);
-            Some(Pattern::Count {
-                matcher: matcher?,
-                min: min?,
-                within: within?,
+fn matcher(
+    event_names: Vec<String>,
+    conditions: Vec<contract::PropertyCondition>,
+    mode: Option<contract::ConditionMode>,
+) -> EventMatcher {
+    EventMatcher {
+        event_names,
+        conditions: conditions
+            .into_iter()
+            .map(|c| Condition {
+                path: c.property.split('.').map(str::to_string).collect(),
+                operator: c.operator,
+                value: c.value.unwrap_or(Value::Null),
             })
-        }
-        Some("sequence") => {
-            refuse_unknown_under(obj, &["type", "steps", "within"], "pattern", issues);
-            let Some(steps) = obj
-                .get("steps")
-                .and_then(Value::as_array)
-                .filter(|s| s.len() >= 2)
-            else {
-                issues.push(issue(
-                    &["pattern", "steps"],
-                    "an array of at least two steps is required",
-                ));
-                return None;
-            };
-            let mut compiled = Vec::new();
-            for (i, step) in steps.iter().enumerate() {
-                let index = i.to_string();
-                let path = ["pattern", "steps", index.as_str()];
-                let Some(step_obj) = step.as_object() else {
-                    issues.push(issue(&path, "each step is an object"));
-                    continue;
-                };
-                let mut step_issues = Issues::new();
-                refuse_unknown(step_obj, &MATCH_KEYS, &mut step_issues);
-                issues.extend(under(&path, step_issues));
-                if let Some(m) = compile_matcher(step_obj, &path, issues) {
-                    compiled.push(m);
-                }
-            }
-            if compiled.len() != steps.len() {
-                return None;
-            }
-            Some(Pattern::Sequence {
-                steps: compiled,
-                within: within?,
-            })
-        }
-        _ => {
-            issues.push(issue(&["pattern", "type"], "must be count or sequence"));
-            None
-        }
+            .collect(),
+        all: mode != Some(contract::ConditionMode::Any),
     }
-}
-
-fn refuse_unknown_under(
-    obj: &Map<String, Value>,
-    known: &[&str],
-    prefix: &str,
-    issues: &mut Issues,
-) {
-    let mut found = Issues::new();
-    refuse_unknown(obj, known, &mut found);
-    issues.extend(under(&[prefix], found));
 }
 
 #[cfg(test)]
@@ -745,11 +483,14 @@ mod tests {
     use chrono::TimeZone;
     use serde_json::json;
 
+    /// The issues' paths, sorted.
     fn paths(issues: &Issues) -> Vec<String> {
-        issues
+        let mut paths: Vec<String> = issues
             .iter()
             .map(|i| serde_json::to_string(&i.path).unwrap_or_default())
-            .collect()
+            .collect();
+        paths.sort();
+        paths
     }
 
     #[test]
@@ -767,7 +508,12 @@ mod tests {
             2,
         )
         .unwrap_err();
-        assert_eq!(paths(&err), vec![r#"["x"]"#, r#"["atLeast"]"#]);
+        // The contract's issues come first; the rules across fields are checked on JSON that
+        // fits it.
+        assert_eq!(paths(&err), vec![r#"["x"]"#]);
+        let err =
+            parse_trigger("SIGNAL_OCCURRENCE", "AT_LEAST", &json!({"atLeast": 3}), 2).unwrap_err();
+        assert_eq!(paths(&err), vec![r#"["atLeast"]"#]);
         assert!(parse_trigger("SIGNAL_OCCURRENCE", "AT_LEAST", &json!({"atLeast": 2}), 2).is_ok());
     }
 
@@ -811,7 +557,7 @@ mod tests {
     fn audience_keys_and_values_are_checked() {
         let err =
             parse_audience(&json!({"plans": ["pro"], "billingStatus": ["RICH"]})).unwrap_err();
-        assert_eq!(paths(&err), vec![r#"["plans"]"#, r#"["billingStatus",0]"#]);
+        assert_eq!(paths(&err), vec![r#"["billingStatus",0]"#, r#"["plans"]"#]);
         let a = parse_audience(
             &json!({"billingStatus": ["PAYING"], "traits": {"plan": ["pro", "growth"]}}),
         )
@@ -839,9 +585,9 @@ mod tests {
         assert_eq!(
             paths(&err),
             vec![
-                r#"["pattern","within"]"#,
+                r#"["pattern","eventNames"]"#,
                 r#"["pattern","min"]"#,
-                r#"["pattern","eventNames"]"#
+                r#"["pattern","within"]"#
             ]
         );
     }

@@ -9,7 +9,8 @@
 use serde_json::Value;
 
 /// How a condition compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Operator {
     Eq,
     Neq,

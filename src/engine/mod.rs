@@ -2,13 +2,16 @@
 //! automation runs (one per subject per dedupe bucket), the processor that builds each run's
 //! message and delivers it, schedules, and the run history the routes show.
 //!
-//! [`config`] reads stored triggers, audiences and signal definitions; [`matching`] matches one
+//! [`contract`] types the JSON that configures signals and automations (its schema is both the
+//! description's and the check); [`config`] reads stored triggers, audiences and signal
+//! definitions; [`matching`] matches one
 //! event; [`evaluate`] runs in the ingest applier's transaction and creates runs; [`runs`] keeps
 //! run rows and statuses; [`processor`] works runs to delivery; [`digest`] lists a schedule
 //! run's subjects; [`schedules`] starts schedule runs; [`history`] lists runs and makes dry runs;
 //! [`retention`] removes signal hits no window reads any more.
 
 pub mod config;
+pub mod contract;
 pub mod digest;
 pub mod evaluate;
 pub mod history;

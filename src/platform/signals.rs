@@ -5,14 +5,16 @@ use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
 };
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::{
     config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
     ResourceRef,
 };
-use crate::validation::{Issues, PathSegment};
+use crate::{
+    engine::config::{compile_signal, under},
+    validation::{Issues, PathSegment},
+};
 use entity::signal;
 
 /// A new signal. Only `EVENT_MATCH` signals can be created through the API.
@@ -20,41 +22,9 @@ use entity::signal;
 pub struct NewSignal {
     pub kind: String,
     pub name: String,
-    pub definition: EventMatchDefinition,
+    /// An `EVENT_MATCH` definition ([`crate::engine::contract::EventMatchDefinition`]).
+    pub definition: Value,
     pub description: Patch<String>,
-}
-
-/// Definition of an `EVENT_MATCH` signal, as sent (also read from `custintel apply` files).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EventMatchDefinition {
-    pub grain: String,
-    pub subject_resolver: String,
-    pub event_names: Vec<String>,
-    pub property_conditions: Vec<PropertyCondition>,
-    pub condition_mode: String,
-}
-
-/// One condition on an event property.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PropertyCondition {
-    pub property: String,
-    pub operator: String,
-    /// Compared value; omitted for `exists`.
-    #[serde(default)]
-    pub value: Option<Value>,
-}
-
-const GRAINS: &[&str] = &["user", "customer"];
-const RESOLVERS: &[&str] = &["userId", "email", "customerId", "visitorId"];
-const MODES: &[&str] = &["ALL", "ANY"];
-const OPERATORS: &[&str] = &["eq", "neq", "contains", "gt", "gte", "lt", "lte", "exists"];
-
-fn one_of(issues: &mut Issues, path: Vec<PathSegment>, value: &str, allowed: &[&str]) {
-    if !allowed.contains(&value) {
-        issues.push(path, format!("must be one of {}", allowed.join(", ")));
-    }
 }
 
 fn validate(body: &NewSignal) -> PlatformResult<()> {
@@ -66,71 +36,34 @@ fn validate(body: &NewSignal) -> PlatformResult<()> {
     if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
-    let d = &body.definition;
-    let at = |field: &str| -> Vec<PathSegment> { vec!["definition".into(), field.into()] };
-    one_of(&mut issues, at("grain"), &d.grain, GRAINS);
-    one_of(
-        &mut issues,
-        at("subjectResolver"),
-        &d.subject_resolver,
-        RESOLVERS,
-    );
-    one_of(&mut issues, at("conditionMode"), &d.condition_mode, MODES);
-    if d.event_names.is_empty() {
-        issues.push(at("eventNames"), "must list at least one event name");
-    }
-    for (i, name) in d.event_names.iter().enumerate() {
-        if name.trim().is_empty() {
-            issues.push(
-                vec!["definition".into(), "eventNames".into(), i.into()],
-                "must not be empty",
-            );
-        }
-    }
-    for (i, c) in d.property_conditions.iter().enumerate() {
-        let path = |f: &str| -> Vec<PathSegment> {
-            vec![
-                "definition".into(),
-                "propertyConditions".into(),
-                i.into(),
-                f.into(),
-            ]
-        };
-        if c.property.trim().is_empty() {
-            issues.push(path("property"), "must not be empty");
-        }
-        one_of(&mut issues, path("operator"), &c.operator, OPERATORS);
-        if c.operator == "exists" && c.value.is_some() {
-            issues.push(path("value"), "must be omitted for the `exists` operator");
-        }
-        if c.operator != "exists" && OPERATORS.contains(&c.operator.as_str()) && c.value.is_none() {
-            issues.push(path("value"), "is required for this operator");
-        }
+    match compile_signal("EVENT_MATCH", &body.definition) {
+        Err(found) => issues.0.extend(under(&["definition"], found)),
+        Ok(_) => condition_values(&body.definition, &mut issues),
     }
     issues.into_result().map_err(Into::into)
 }
 
-pub fn definition_json(d: &EventMatchDefinition) -> Value {
-    let conditions: Vec<Value> = d
-        .property_conditions
-        .iter()
-        .map(|c| {
-            let mut m = Map::new();
-            m.insert("property".into(), json!(c.property));
-            m.insert("operator".into(), json!(c.operator));
-            if let Some(v) = &c.value {
-                m.insert("value".into(), v.clone());
-            }
-            Value::Object(m)
-        })
-        .collect();
-    json!({
-        "grain": d.grain,
-        "subjectResolver": d.subject_resolver,
-        "eventNames": d.event_names,
-        "propertyConditions": conditions,
-        "conditionMode": d.condition_mode,
-    })
+/// A condition compares with `value` except `exists`, which has none: a rule across two
+/// fields, said in the description and checked here.
+fn condition_values(definition: &Value, issues: &mut Issues) {
+    let conditions = definition
+        .get("propertyConditions")
+        .and_then(Value::as_array);
+    for (i, c) in conditions.into_iter().flatten().enumerate() {
+        let path: Vec<PathSegment> = vec![
+            "definition".into(),
+            "propertyConditions".into(),
+            i.into(),
+            "value".into(),
+        ];
+        let exists = c.get("operator").and_then(Value::as_str) == Some("exists");
+        let has_value = c.get("value").is_some_and(|v| !v.is_null());
+        if exists && has_value {
+            issues.push(path, "must be omitted for the `exists` operator");
+        } else if !exists && !has_value {
+            issues.push(path, "is required for this operator");
+        }
+    }
 }
 
 /// Lists the organization's signals, newest first; archived ones only when asked.
@@ -175,7 +108,7 @@ pub async fn create(
         .all(&txn)
         .await?;
     let key = unique_key(&body.name, &existing);
-    let definition = definition_json(&body.definition);
+    let definition = body.definition;
     let now = Utc::now();
     let signal = signal::ActiveModel {
         id: Set(uuid::Uuid::new_v4().to_string()),

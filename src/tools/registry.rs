@@ -7,7 +7,7 @@ use std::{future::Future, pin::Pin, sync::LazyLock};
 use serde_json::{Map, Value};
 
 use super::{ToolContext, ToolError, ToolResult};
-use crate::validation::{parse_value, PathSegment, ValidationIssue};
+use crate::validation::{parse_value, ValidationIssue};
 
 pub type ToolFuture = Pin<Box<dyn Future<Output = ToolResult<Value>> + Send>>;
 
@@ -123,40 +123,7 @@ impl Registered {
                 "this tool's input contract could not be compiled",
             )]);
         };
-        let mut issues = Vec::new();
-        for err in validator.iter_errors(input) {
-            let mut path: Vec<PathSegment> = err
-                .instance_path()
-                .iter()
-                .map(|seg| match seg {
-                    jsonschema::paths::LocationSegment::Property(p) => {
-                        PathSegment::Key(p.to_string())
-                    }
-                    jsonschema::paths::LocationSegment::Index(i) => PathSegment::from(i),
-                })
-                .collect();
-            match err.kind() {
-                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
-                    for name in unexpected {
-                        let mut p = path.clone();
-                        p.push(PathSegment::Key(name.clone()));
-                        issues.push(ValidationIssue::new(
-                            p,
-                            format!("unknown property `{name}`"),
-                        ));
-                    }
-                    continue;
-                }
-                jsonschema::error::ValidationErrorKind::Required { property } => {
-                    let name = property.as_str().unwrap_or_default().to_string();
-                    path.push(PathSegment::Key(name.clone()));
-                    issues.push(ValidationIssue::new(path, format!("`{name}` is required")));
-                    continue;
-                }
-                _ => {}
-            }
-            issues.push(ValidationIssue::new(path, err.to_string()));
-        }
+        let issues = crate::validation::schema_issues(validator, input);
         if issues.is_empty() {
             Ok(())
         } else {

@@ -1,0 +1,188 @@
+//! The JSON that configures signals and automations, as types: a signal's definition, an
+//! automation's `triggerJson` and `audienceFilterJson`. Their JSON Schema is what the API
+//! description shows for these fields and what every reader checks (a create, `custintel apply`,
+//! an enable), so what is documented and what is enforced come from one definition. Rules that
+//! span fields (`atLeast` with `matchMode`, `cron` or `every`) are said in the field's
+//! description and checked in [`super::config`].
+
+use std::{collections::BTreeMap, sync::LazyLock};
+
+use entity::customer::BillingStatus;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::config::{Dedupe, Grain, Resolver};
+use super::matching::Operator;
+use crate::{tools::list_users::Stage, validation::Contract};
+
+use crate::validation::DURATION_PATTERN as SPAN_PATTERN;
+
+/// Whether every property condition must hold (`ALL`) or one (`ANY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum ConditionMode {
+    #[serde(rename = "ALL")]
+    All,
+    #[serde(rename = "ANY")]
+    Any,
+}
+
+/// One condition on an event property. `value` is any JSON; it is required for every operator
+/// except `exists`, which has none.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PropertyCondition {
+    /// A dot path looked up in the event's `properties`, then in its own fields (`url`, `path`,
+    /// `utm.source`, ...).
+    #[schemars(regex(pattern = r"\S"))]
+    pub property: String,
+    pub operator: Operator,
+    /// The value compared with (`eq`, `neq`, `contains`, `gt`, `gte`, `lt`, `lte`).
+    #[serde(default)]
+    pub value: Option<Value>,
+}
+
+/// Definition of an `EVENT_MATCH` signal: every event with one of `eventNames` that meets the
+/// conditions is an occurrence. All five fields are required; other keys are refused.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EventMatchDefinition {
+    pub grain: Grain,
+    pub subject_resolver: Resolver,
+    /// A `custom` event matches by its `eventName`, every other type by `$` and its type
+    /// (`$pageview`, `$form`, ...). Case-sensitive.
+    #[schemars(length(min = 1), inner(length(min = 1)))]
+    pub event_names: Vec<String>,
+    pub property_conditions: Vec<PropertyCondition>,
+    pub condition_mode: ConditionMode,
+}
+
+/// One step of a `sequence` pattern.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatternStep {
+    #[schemars(length(min = 1), inner(length(min = 1)))]
+    pub event_names: Vec<String>,
+    #[serde(default)]
+    pub property_conditions: Vec<PropertyCondition>,
+    /// Default `ALL`.
+    pub condition_mode: Option<ConditionMode>,
+}
+
+/// What an `EVENT_PATTERN` signal waits for.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Pattern {
+    /// The subject reached `min` matching events within `within`.
+    #[serde(rename_all = "camelCase")]
+    Count {
+        #[schemars(length(min = 1), inner(length(min = 1)))]
+        event_names: Vec<String>,
+        #[serde(default)]
+        property_conditions: Vec<PropertyCondition>,
+        /// Default `ALL`.
+        condition_mode: Option<ConditionMode>,
+        #[schemars(range(min = 1))]
+        min: u64,
+        /// `<n>h|d|w`.
+        #[schemars(regex(pattern = SPAN_PATTERN))]
+        within: String,
+    },
+    /// The steps happened in order within `within`; it fires on the last.
+    Sequence {
+        #[schemars(length(min = 2))]
+        steps: Vec<PatternStep>,
+        /// `<n>h|d|w`.
+        #[schemars(regex(pattern = SPAN_PATTERN))]
+        within: String,
+    },
+}
+
+/// Definition of an `EVENT_PATTERN` signal (declared with `custintel apply`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EventPatternDefinition {
+    pub grain: Grain,
+    pub subject_resolver: Resolver,
+    pub pattern: Pattern,
+}
+
+/// `triggerJson` of a `SIGNAL_OCCURRENCE` automation; every key is optional.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignalOccurrenceTrigger {
+    /// For `matchMode` `ALL` and `AT_LEAST`: how far back the linked signals' occurrences
+    /// count, `<n>h|d|w` (default `7d`).
+    #[schemars(regex(pattern = SPAN_PATTERN))]
+    pub window: Option<String>,
+    /// Required when `matchMode` is `AT_LEAST`, and only then: how many distinct linked active
+    /// signals must have occurred, from 1 to their number.
+    #[schemars(range(min = 1))]
+    pub at_least: Option<u32>,
+    /// A subject starts at most one run per automation per UTC calendar hour, day or ISO week;
+    /// `none` does not limit (default `day`).
+    pub dedupe: Option<Dedupe>,
+}
+
+/// `triggerJson` of a `SCHEDULE` automation: exactly one of `cron` and `every`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScheduleTrigger {
+    /// Five cron fields (minute, hour, day of month, month, day of week) read in `timezone`:
+    /// `0 9 * * 1` is Mondays at 09:00. Give `cron` or `every`, not both.
+    #[schemars(length(min = 1))]
+    pub cron: Option<String>,
+    /// A run every `<n>h|d|w`, counted from the time the automation is enabled. Give `cron` or
+    /// `every`, not both.
+    #[schemars(regex(pattern = SPAN_PATTERN))]
+    pub every: Option<String>,
+    /// An IANA time zone such as `Europe/Berlin` (default `UTC`).
+    #[schemars(length(min = 1))]
+    pub timezone: Option<String>,
+}
+
+/// `audienceFilterJson`: who an automation's runs are for, checked against the subject (a user
+/// subject's customer for the customer fields) when a run starts. `{}`, the default, is
+/// everyone.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AudienceFilter {
+    /// The customer's billing status is one of these.
+    pub billing_status: Option<Vec<BillingStatus>>,
+    /// The customer's MRR is at least this many cents.
+    #[schemars(range(min = 0))]
+    pub min_mrr_cents: Option<i64>,
+    /// The customer's MRR is at most this many cents.
+    #[schemars(range(min = 0))]
+    pub max_mrr_cents: Option<i64>,
+    /// Per trait key, the value the customer's trait must equal, or an array of values it must
+    /// be one of.
+    pub traits: Option<BTreeMap<String, Value>>,
+    /// A user subject's journey stage is one of these.
+    pub stage: Option<Vec<Stage>>,
+    /// Active within `<n>h|d|w`.
+    #[schemars(regex(pattern = SPAN_PATTERN))]
+    pub active_within: Option<String>,
+    /// Not active for `<n>h|d|w`.
+    #[schemars(regex(pattern = SPAN_PATTERN))]
+    pub inactive_for: Option<String>,
+}
+
+pub static EVENT_MATCH: LazyLock<Contract> = LazyLock::new(Contract::of::<EventMatchDefinition>);
+pub static EVENT_PATTERN: LazyLock<Contract> =
+    LazyLock::new(Contract::of::<EventPatternDefinition>);
+pub static SIGNAL_OCCURRENCE: LazyLock<Contract> =
+    LazyLock::new(Contract::of::<SignalOccurrenceTrigger>);
+pub static SCHEDULE: LazyLock<Contract> = LazyLock::new(Contract::of::<ScheduleTrigger>);
+pub static AUDIENCE: LazyLock<Contract> = LazyLock::new(Contract::of::<AudienceFilter>);
+
+/// The contracts the API description shows, by the component name it gives them.
+pub fn components() -> Vec<(&'static str, &'static Contract)> {
+    vec![
+        ("EventMatchDefinition", &*EVENT_MATCH),
+        ("EventPatternDefinition", &*EVENT_PATTERN),
+        ("SignalOccurrenceTrigger", &*SIGNAL_OCCURRENCE),
+        ("ScheduleTrigger", &*SCHEDULE),
+        ("AudienceFilter", &*AUDIENCE),
+    ]
+}
