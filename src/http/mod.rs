@@ -3,11 +3,15 @@
 //! errors into response bodies; the domain never imports it.
 
 pub mod api;
+pub mod body_contract;
 pub mod correlation;
+pub mod described_rules;
 pub mod envelope;
+pub mod examples;
 pub mod links;
 pub mod mcp;
 pub mod metrics;
 pub mod request;
 pub mod server;
+pub mod typed_json;
 pub mod types;

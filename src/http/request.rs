@@ -1,4 +1,5 @@
-//! JSON request bodies: parsed with serde so that every failure names the offending field.
+//! JSON request bodies: checked against their schema in the description, then parsed with serde,
+//! so that every failure names the offending field.
 //!
 //! poem-openapi's own `Json<T>` reports parse failures as a single sentence; users of this API get
 //! `{path, message}` issues instead, the same shape the domain validators produce
@@ -12,7 +13,7 @@ use poem_openapi::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::validation::{parse_body, ValidationIssue};
+use crate::validation::{parse_json, parse_value, ValidationIssue};
 
 /// Largest platform request body read, in bytes.
 pub const MAX_BODY_BYTES: usize = 1_048_576;
@@ -59,7 +60,13 @@ impl<T: Type + DeserializeOwned> ParsePayload for JsonBody<T> {
                 "request body is larger than {MAX_BODY_BYTES} bytes"
             ))])
         })?;
-        parse_body(&bytes)
+        let value = parse_json(&bytes).map_err(RequestValidationError)?;
+        // The description's schema first (one source for the documented rules), then the shape
+        // of `T`.
+        if let MetaSchemaRef::Reference(name) = T::schema_ref() {
+            super::body_contract::check(&name, &value).map_err(RequestValidationError)?;
+        }
+        parse_value(value)
             .map(JsonBody)
             .map_err(|issues| RequestValidationError(issues).into())
     }

@@ -53,6 +53,9 @@ pub fn openapi_document(service_spec_json: &str) -> Value {
     }
     // The tool gateway's input contracts come from schemars, not poem-openapi.
     crate::tools::openapi::extend_description(&mut doc);
+    crate::http::typed_json::add_contract_components(&mut doc);
+    crate::http::described_rules::describe(&mut doc);
+    crate::http::examples::add_request_examples(&mut doc);
     crate::http::links::add_links(&mut doc);
     doc
 }
@@ -133,6 +136,11 @@ async fn json_error(err: poem::Error) -> Response {
 
 /// The whole application: typed API, description, docs UI and health check.
 pub fn app(state: crate::state::AppState) -> impl Endpoint {
+    // The request body contracts come from the description: build them before the first request.
+    let bodies = crate::http::body_contract::prepare();
+    for (name, error) in &bodies.broken {
+        tracing::error!(component = %name, %error, "a request body schema could not be compiled");
+    }
     let connect_page = get(api::connect_page::show)
         .post(api::connect_page::submit)
         .data(state.clone());

@@ -204,3 +204,65 @@ impl<T> From<MaybeUndefined<T>> for Patch<T> {
         }
     }
 }
+
+/// An optional body field that may be null: absent, null (clear it) or a value. Described as
+/// the value's schema with `nullable`, which poem-openapi's `MaybeUndefined` leaves out.
+#[derive(Debug, Default)]
+pub struct Clearable<T>(pub MaybeUndefined<T>);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Clearable<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        MaybeUndefined::deserialize(deserializer).map(Self)
+    }
+}
+
+impl<T: Type> Type for Clearable<T> {
+    const IS_REQUIRED: bool = false;
+    type RawValueType = T::RawValueType;
+    type RawElementValueType = T::RawElementValueType;
+
+    fn name() -> Cow<'static, str> {
+        format!("clearable_{}", T::name()).into()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        Nullable::<T>::schema_ref()
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        self.0.value().and_then(|v| v.as_raw_value())
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        match self.0.value() {
+            Some(v) => v.raw_element_iter(),
+            None => Box::new(std::iter::empty()),
+        }
+    }
+}
+
+impl<T: ParseFromJSON> ParseFromJSON for Clearable<T> {
+    fn parse_from_json(value: Option<Value>) -> ParseResult<Self> {
+        MaybeUndefined::<T>::parse_from_json(value)
+            .map(Self)
+            .map_err(ParseError::propagate)
+    }
+}
+
+impl<T: ToJSON> ToJSON for Clearable<T> {
+    fn to_json(&self) -> Option<Value> {
+        self.0.to_json()
+    }
+}
+
+impl<T> From<Clearable<T>> for Patch<T> {
+    fn from(value: Clearable<T>) -> Self {
+        value.0.into()
+    }
+}

@@ -20,6 +20,10 @@ pub struct PageRequest<S> {
     pub after: Option<(DateTime<Utc>, String)>,
 }
 
+/// What a cursor is made of (unpadded URL-safe base64), with the blanks a caller may leave
+/// around it.
+pub const CURSOR_PATTERN: &str = r"^\s*[A-Za-z0-9_-]*\s*$";
+
 /// The cursor of an item at `at` with `id`.
 pub fn encode_cursor(at: &DateTime<Utc>, id: &str) -> String {
     let raw = format!("{}|{id}", at.timestamp_micros());

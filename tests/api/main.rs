@@ -26,4 +26,5 @@ mod platform;
 mod query_plans;
 mod search_query;
 mod tools;
+mod typed_bodies;
 mod write_load;

@@ -220,22 +220,33 @@ pub struct AutomationTestData {
 }
 command_data!(AutomationTestData, "automation.test");
 
+/// What a tested subject is: `user` (found by email, externalId or id) or `customer` (by id,
+/// domain or externalId).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Enum)]
+#[oai(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum TestSubjectGrain {
+    User,
+    Customer,
+}
+
 /// A subject named by its grain and key.
 #[derive(Debug, Deserialize, Object)]
 #[serde(deny_unknown_fields)]
 pub struct TestSubject {
-    /// `user` (found by email, externalId or id) or `customer` (by id, domain or externalId).
-    pub grain: String,
+    pub grain: TestSubjectGrain,
     #[oai(validator(min_length = 1))]
     pub key: String,
 }
 
-/// What to test with: an event's id, or a subject.
+/// What to test with: an event's id, or a subject. Give exactly one of `eventId` and
+/// `subject`.
 #[derive(Debug, Deserialize, Object)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[oai(rename_all = "camelCase")]
 pub struct AutomationTestRequest {
     /// The id of an event of the `events` view.
+    #[oai(validator(min_length = 1))]
     pub event_id: Option<String>,
     pub subject: Option<TestSubject>,
 }
@@ -344,7 +355,10 @@ impl AutomationRunsApi {
         let input = match (body.0.event_id, body.0.subject) {
             (Some(event), None) => Ok(TestInput::Event(event)),
             (None, Some(s)) => Ok(TestInput::Subject {
-                grain: s.grain,
+                grain: match s.grain {
+                    TestSubjectGrain::User => "user".into(),
+                    TestSubjectGrain::Customer => "customer".into(),
+                },
                 key: s.key,
             }),
             _ => Err(PlatformError::Validation(vec![ValidationIssue::root(

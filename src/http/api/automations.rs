@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use poem_openapi::{
     param::{Path, Query},
-    types::MaybeUndefined,
     Enum, Object, OpenApi,
 };
 use serde::Deserialize;
@@ -19,7 +18,10 @@ use crate::{
     http::api::ApiKeyAuth,
     http::envelope::ActionResponse,
     http::request::JsonBody,
-    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
+    http::typed_json::{
+        AudienceFilterJson, ContractJson, ScheduleTriggerJson, SignalOccurrenceTriggerJson,
+    },
+    http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
     platform::automations::{self, AutomationView},
 };
 use entity::automation_run::AutomationRunStatus;
@@ -52,35 +54,100 @@ pub enum ManagedBy {
     Code,
 }
 
-/// A new automation. It is created disabled; enable it once its requirements are met.
-#[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct AutomationCreate {
-    /// 1 to 120 characters.
-    #[oai(validator(min_length = 1, max_length = 120))]
-    pub name: String,
-    /// Up to 1000 characters, or null.
-    #[oai(validator(max_length = 1000))]
-    #[serde(default)]
-    pub description: MaybeUndefined<String>,
-    /// Unique in the organization; defaults to a slug of the name.
-    pub key: Option<String>,
-    pub trigger_type: TriggerType,
-    /// Trigger settings (an object), e.g. `{"cron": "0 9 * * 1"}` for a schedule.
-    pub trigger_json: BTreeMap<String, Value>,
-    /// Audience filter (an object); defaults to `{}`, everyone.
-    pub audience_filter_json: Option<BTreeMap<String, Value>>,
-    /// Agent that processes runs, or null.
-    #[serde(default)]
-    pub agent_id: MaybeUndefined<String>,
-    pub match_mode: MatchMode,
-    /// Ids of the organization's signals.
-    #[serde(default)]
-    pub signal_ids: Vec<String>,
-    /// Ids of the organization's destinations.
-    #[serde(default)]
-    pub destination_ids: Vec<String>,
+/// Declares one member of [`AutomationCreate`]: the fields every new automation has, with the
+/// `triggerJson` of its trigger type.
+macro_rules! automation_create_member {
+    ($name:ident, $doc:literal, $trigger:ty) => {
+        #[doc = $doc]
+        #[derive(Debug, Deserialize, Object)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        #[oai(rename_all = "camelCase")]
+        pub struct $name {
+            /// 1 to 120 characters.
+            #[oai(validator(min_length = 1, max_length = 120))]
+            pub name: String,
+            /// Up to 1000 characters, or null.
+            #[oai(validator(max_length = 1000))]
+            #[serde(default)]
+            pub description: Clearable<String>,
+            /// Unique in the organization; defaults to a slug of the name.
+            #[oai(validator(min_length = 1, max_length = 120))]
+            pub key: Option<String>,
+            pub trigger_json: ContractJson<$trigger>,
+            pub audience_filter_json: Option<ContractJson<AudienceFilterJson>>,
+            /// The agent that processes runs (an id of the organization's agents), or null for
+            /// the message template.
+            #[serde(default)]
+            pub agent_id: Clearable<String>,
+            pub match_mode: MatchMode,
+            /// Ids of the organization's signals (none when left out).
+            pub signal_ids: Option<Vec<String>>,
+            /// Ids of the organization's destinations (none when left out).
+            pub destination_ids: Option<Vec<String>>,
+        }
+
+        impl $name {
+            fn into_new(self, trigger_type: TriggerType) -> automations::NewAutomation {
+                automations::NewAutomation {
+                    name: self.name,
+                    description: self.description.into(),
+                    key: self.key,
+                    trigger_type: trigger_type.into(),
+                    trigger_json: object_entries(self.trigger_json.into()),
+                    audience_filter_json: self
+                        .audience_filter_json
+                        .map(|a| object_entries(a.into())),
+                    agent_id: self.agent_id.into(),
+                    match_mode: self.match_mode.into(),
+                    signal_ids: self.signal_ids.unwrap_or_default(),
+                    destination_ids: self.destination_ids.unwrap_or_default(),
+                }
+            }
+        }
+    };
+}
+
+automation_create_member!(
+    SignalOccurrenceAutomationCreate,
+    "A new automation that runs when its linked signals occur (by `matchMode`). `atLeast` in \
+     `triggerJson` is required when `matchMode` is `AT_LEAST`, and only then.",
+    SignalOccurrenceTriggerJson
+);
+automation_create_member!(
+    ScheduleAutomationCreate,
+    "A new automation that runs on a schedule: each run is one digest of the subjects in the \
+     audience whose linked signals occurred since the previous run (the whole audience when no \
+     signal is linked).",
+    ScheduleTriggerJson
+);
+
+/// A new automation, by `triggerType`. It is created disabled; enable it once its
+/// requirements are met.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "triggerType")]
+pub enum AutomationCreate {
+    #[serde(rename = "SIGNAL_OCCURRENCE")]
+    SignalOccurrence(SignalOccurrenceAutomationCreate),
+    #[serde(rename = "SCHEDULE")]
+    Schedule(ScheduleAutomationCreate),
+}
+
+crate::tagged_body!(
+    AutomationCreate,
+    "A new automation, by `triggerType`. It is created disabled; enable it once its requirements are met.",
+    "triggerType",
+    {
+        "SIGNAL_OCCURRENCE" => SignalOccurrence(SignalOccurrenceAutomationCreate),
+        "SCHEDULE" => Schedule(ScheduleAutomationCreate),
+    }
+);
+
+/// The entries of a JSON object the body's description admitted as one.
+fn object_entries(json: Value) -> BTreeMap<String, Value> {
+    match json {
+        Value::Object(map) => map.into_iter().collect(),
+        _ => BTreeMap::new(),
+    }
 }
 
 impl From<TriggerType> for automations::TriggerType {
@@ -104,17 +171,9 @@ impl From<MatchMode> for automations::MatchMode {
 
 impl From<AutomationCreate> for automations::NewAutomation {
     fn from(body: AutomationCreate) -> Self {
-        Self {
-            name: body.name,
-            description: body.description.into(),
-            key: body.key,
-            trigger_type: body.trigger_type.into(),
-            trigger_json: body.trigger_json,
-            audience_filter_json: body.audience_filter_json,
-            agent_id: body.agent_id.into(),
-            match_mode: body.match_mode.into(),
-            signal_ids: body.signal_ids,
-            destination_ids: body.destination_ids,
+        match body {
+            AutomationCreate::SignalOccurrence(b) => b.into_new(TriggerType::SignalOccurrence),
+            AutomationCreate::Schedule(b) => b.into_new(TriggerType::Schedule),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use poem_openapi::{param::Path, types::MaybeUndefined, Enum, Object, OpenApi};
+use poem_openapi::{param::Path, Enum, Object, OpenApi};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -12,62 +12,109 @@ use crate::{
     http::api::ApiKeyAuth,
     http::envelope::{ActionResponse, ResourceRef},
     http::request::JsonBody,
-    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
+    http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
     platform::destinations,
 };
 use entity::destination;
+
+/// The destination type a change applies to: only webhook destinations are changed through
+/// this route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Enum)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DestinationUpdateType {
+    WebhookEndpoint,
+}
 
 /// Changes to a webhook destination; only sent fields change.
 #[derive(Debug, Deserialize, Object)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[oai(rename_all = "camelCase")]
 pub struct DestinationUpdate {
-    /// Always `WEBHOOK_ENDPOINT`: only webhook destinations are changed through this route.
     #[oai(rename = "type")]
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: DestinationUpdateType,
     /// 1 to 120 characters.
     #[oai(validator(min_length = 1, max_length = 120))]
     pub name: Option<String>,
     /// Up to 1000 characters, or null to clear it.
     #[oai(validator(max_length = 1000))]
     #[serde(default)]
-    pub description: MaybeUndefined<String>,
+    pub description: Clearable<String>,
     pub enabled: Option<bool>,
     /// `https://...`, or `http://` only for `localhost`, `127.0.0.1`, `[::1]` or `::1`.
+    #[oai(validator(min_length = 1))]
     pub url: Option<String>,
 }
 
-/// A new destination: a signed webhook endpoint or a Slack channel (incoming webhook).
+/// What every new destination has.
 #[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[oai(rename_all = "camelCase")]
-pub struct DestinationCreate {
-    /// `WEBHOOK_ENDPOINT` (needs `url`) or `SLACK_CHANNEL` (needs `webhookUrl`).
-    #[oai(rename = "type")]
-    #[serde(rename = "type")]
-    pub kind: String,
+pub struct NewDestinationFields {
     /// 1 to 120 characters.
     #[oai(validator(min_length = 1, max_length = 120))]
     pub name: String,
     /// Up to 1000 characters, or null.
     #[oai(validator(max_length = 1000))]
     #[serde(default)]
-    pub description: MaybeUndefined<String>,
+    pub description: Clearable<String>,
     /// Defaults to true.
     pub enabled: Option<bool>,
     /// Makes this the organization's default destination (clears the previous default).
     pub is_default: Option<bool>,
-    /// Webhook endpoint URL (`WEBHOOK_ENDPOINT`), same rule as on update.
-    pub url: Option<String>,
-    /// Slack incoming-webhook URL (`SLACK_CHANNEL`), `https://` only. Stored encrypted.
-    pub webhook_url: Option<String>,
 }
+
+/// A new signed webhook endpoint. Its signing secret is in the answer, once.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase")]
+#[oai(rename_all = "camelCase")]
+pub struct WebhookEndpointDestinationCreate {
+    #[oai(flatten)]
+    #[serde(flatten)]
+    pub fields: NewDestinationFields,
+    /// `https://...`, or `http://` only for `localhost`, `127.0.0.1`, `[::1]` or `::1`.
+    #[oai(validator(min_length = 1))]
+    pub url: String,
+}
+
+/// A new Slack channel, reached through its incoming webhook.
+#[derive(Debug, Deserialize, Object)]
+#[serde(rename_all = "camelCase")]
+#[oai(rename_all = "camelCase")]
+pub struct SlackChannelDestinationCreate {
+    #[oai(flatten)]
+    #[serde(flatten)]
+    pub fields: NewDestinationFields,
+    /// The Slack incoming-webhook URL, `https://` only. Stored encrypted, never shown in full.
+    #[oai(validator(min_length = 1))]
+    pub webhook_url: String,
+}
+
+/// A new destination, by `type`: a signed webhook endpoint or a Slack channel.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+pub enum DestinationCreate {
+    #[serde(rename = "WEBHOOK_ENDPOINT")]
+    WebhookEndpoint(WebhookEndpointDestinationCreate),
+    #[serde(rename = "SLACK_CHANNEL")]
+    SlackChannel(SlackChannelDestinationCreate),
+}
+
+crate::tagged_body!(
+    DestinationCreate,
+    "A new destination, by `type`: a signed webhook endpoint or a Slack channel.",
+    "type",
+    {
+        "WEBHOOK_ENDPOINT" => WebhookEndpoint(WebhookEndpointDestinationCreate),
+        "SLACK_CHANNEL" => SlackChannel(SlackChannelDestinationCreate),
+    }
+);
 
 impl From<DestinationUpdate> for destinations::DestinationChanges {
     fn from(body: DestinationUpdate) -> Self {
         Self {
-            kind: body.kind,
+            kind: "WEBHOOK_ENDPOINT".into(),
             name: body.name,
             description: body.description.into(),
             enabled: body.enabled,
@@ -76,16 +123,34 @@ impl From<DestinationUpdate> for destinations::DestinationChanges {
     }
 }
 
+impl destinations::NewDestination {
+    fn of(
+        kind: &str,
+        fields: NewDestinationFields,
+        url: Option<String>,
+        webhook_url: Option<String>,
+    ) -> Self {
+        Self {
+            kind: kind.into(),
+            name: fields.name,
+            description: fields.description.into(),
+            enabled: fields.enabled,
+            is_default: fields.is_default,
+            url,
+            webhook_url,
+        }
+    }
+}
+
 impl From<DestinationCreate> for destinations::NewDestination {
     fn from(body: DestinationCreate) -> Self {
-        Self {
-            kind: body.kind,
-            name: body.name,
-            description: body.description.into(),
-            enabled: body.enabled,
-            is_default: body.is_default,
-            url: body.url,
-            webhook_url: body.webhook_url,
+        match body {
+            DestinationCreate::WebhookEndpoint(b) => {
+                Self::of("WEBHOOK_ENDPOINT", b.fields, Some(b.url), None)
+            }
+            DestinationCreate::SlackChannel(b) => {
+                Self::of("SLACK_CHANNEL", b.fields, None, Some(b.webhook_url))
+            }
         }
     }
 }

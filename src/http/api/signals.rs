@@ -2,7 +2,6 @@
 
 use poem_openapi::{
     param::{Path, Query},
-    types::MaybeUndefined,
     Enum, Object, OpenApi,
 };
 use serde::Deserialize;
@@ -14,7 +13,8 @@ use crate::{
     http::api::ApiKeyAuth,
     http::envelope::{ActionResponse, ResourceRef},
     http::request::JsonBody,
-    http::types::{parse_enum, ts_opt, Nullable, Timestamp},
+    http::typed_json::{ContractJson, EventMatchDefinitionJson},
+    http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
     platform::signals,
 };
 use entity::signal;
@@ -66,72 +66,37 @@ impl From<signal::Model> for Signal {
     }
 }
 
-/// A new signal. Only `EVENT_MATCH` signals can be created through the API.
+/// The kind of signal the API creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Enum)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SignalCreateKind {
+    EventMatch,
+}
+
+/// A new signal. Only `EVENT_MATCH` signals can be created through the API (`EVENT_PATTERN`
+/// signals are declared with `custintel apply`).
 #[derive(Debug, Deserialize, Object)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[oai(rename_all = "camelCase")]
 pub struct SignalCreate {
-    /// Always `EVENT_MATCH`.
-    pub kind: String,
+    pub kind: SignalCreateKind,
     /// 1 to 120 characters.
     #[oai(validator(min_length = 1, max_length = 120))]
     pub name: String,
-    /// What to match. `grain`: `user` or `customer`; `subjectResolver`: `userId`, `email`,
-    /// `customerId` or `visitorId`; `eventNames`: non-empty list of event names;
-    /// `propertyConditions`: list of `{property, operator, value}` with operator one of `eq`,
-    /// `neq`, `contains`, `gt`, `gte`, `lt`, `lte`, `exists` (no `value` for `exists`);
-    /// `conditionMode`: `ALL` or `ANY`. All five are required; other keys are refused.
-    pub definition: EventMatchDefinition,
+    pub definition: ContractJson<EventMatchDefinitionJson>,
     /// Up to 1000 characters, or null.
     #[oai(validator(max_length = 1000))]
     #[serde(default)]
-    pub description: MaybeUndefined<String>,
-}
-
-/// Definition of an `EVENT_MATCH` signal.
-#[derive(Debug, Deserialize, Object)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[oai(rename_all = "camelCase")]
-pub struct EventMatchDefinition {
-    pub grain: String,
-    pub subject_resolver: String,
-    pub event_names: Vec<String>,
-    pub property_conditions: Vec<PropertyCondition>,
-    pub condition_mode: String,
-}
-
-/// One condition on an event property.
-#[derive(Debug, Deserialize, Object)]
-#[serde(deny_unknown_fields)]
-pub struct PropertyCondition {
-    pub property: String,
-    pub operator: String,
-    /// Compared value; omitted for `exists`.
-    #[serde(default)]
-    pub value: Option<Value>,
+    pub description: Clearable<String>,
 }
 
 impl From<SignalCreate> for signals::NewSignal {
     fn from(body: SignalCreate) -> Self {
-        let d = body.definition;
         Self {
-            kind: body.kind,
+            kind: "EVENT_MATCH".into(),
             name: body.name,
-            definition: signals::EventMatchDefinition {
-                grain: d.grain,
-                subject_resolver: d.subject_resolver,
-                event_names: d.event_names,
-                property_conditions: d
-                    .property_conditions
-                    .into_iter()
-                    .map(|c| signals::PropertyCondition {
-                        property: c.property,
-                        operator: c.operator,
-                        value: c.value,
-                    })
-                    .collect(),
-                condition_mode: d.condition_mode,
-            },
+            definition: body.definition.into(),
             description: body.description.into(),
         }
     }
