@@ -1,0 +1,159 @@
+"""A client program written against the Python SDK generated from openapi.yaml.
+
+.ci/sdk-check generates the SDK (`openapi-python-client generate --path openapi.yaml --meta none`,
+package `custintel_client`) and runs `mypy --strict` on this file: it only has to type-check.
+"""
+
+import os
+from typing import TypeVar
+
+from custintel_client import AuthenticatedClient
+from custintel_client.api.automations import create_automation, test_automation
+from custintel_client.api.destinations import create_destination
+from custintel_client.api.signals import create_signal
+from custintel_client.models import (
+    AudienceFilter,
+    BillingStatus,
+    AutomationTestRequest,
+    ErrorBody,
+    ErrorEnvelope,
+    EventMatchDefinition,
+    ConditionMode,
+    Grain,
+    Resolver,
+    MatchMode,
+    PropertyCondition,
+    Operator,
+    ScheduleAutomationCreate,
+    ScheduleAutomationCreateTriggerType,
+    ScheduleTrigger,
+    SignalCreate,
+    SignalCreateKind,
+    SignalOccurrenceAutomationCreate,
+    SignalOccurrenceAutomationCreateTriggerType,
+    SignalOccurrenceTrigger,
+    Dedupe,
+    SlackChannelDestinationCreate,
+    SlackChannelDestinationCreateType,
+    TestSubject,
+    TestSubjectGrain,
+    WebhookEndpointDestinationCreate,
+    WebhookEndpointDestinationCreateType,
+)
+
+T = TypeVar("T")
+
+
+def ok(response: T | ErrorBody | ErrorEnvelope | None) -> T:
+    """The success envelope, or an exception carrying the error body."""
+    if response is None or isinstance(response, (ErrorBody, ErrorEnvelope)):
+        raise RuntimeError(f"request failed: {response!r}")
+    return response
+
+
+def main() -> None:
+    client = AuthenticatedClient(
+        base_url=os.environ.get("CUSTINTEL_BASE_URL", "http://127.0.0.1:8080"),
+        token=os.environ["CUSTINTEL_API_KEY"],
+    )
+
+    signal = ok(
+        create_signal.sync(
+            client=client,
+            body=SignalCreate(
+                kind=SignalCreateKind.EVENT_MATCH,
+                name="Pricing page visit",
+                definition=EventMatchDefinition(
+                    grain=Grain.USER,
+                    subject_resolver=Resolver.EMAIL,
+                    event_names=["pageview"],
+                    property_conditions=[
+                        PropertyCondition(
+                            property_="path",
+                            operator=Operator.CONTAINS,
+                            value="/pricing",
+                        ),
+                    ],
+                    condition_mode=ConditionMode.ALL,
+                ),
+                description="Someone looked at pricing.",
+            ),
+        )
+    ).result.data.signal
+
+    webhook = ok(
+        create_destination.sync(
+            client=client,
+            body=WebhookEndpointDestinationCreate(
+                type_=WebhookEndpointDestinationCreateType.WEBHOOK_ENDPOINT,
+                name="CRM webhook",
+                url="https://crm.example.com/hooks/custintel",
+            ),
+        )
+    ).result.data
+    print("webhook signing secret:", webhook.signing_secret)
+
+    slack = ok(
+        create_destination.sync(
+            client=client,
+            body=SlackChannelDestinationCreate(
+                type_=SlackChannelDestinationCreateType.SLACK_CHANNEL,
+                name="#sales",
+                webhook_url="https://hooks.slack.com/services/T000/B000/XXXX",
+                is_default=True,
+            ),
+        )
+    ).result.data.destination
+
+    on_signal = ok(
+        create_automation.sync(
+            client=client,
+            body=SignalOccurrenceAutomationCreate(
+                name="Hot lead",
+                trigger_type=SignalOccurrenceAutomationCreateTriggerType.SIGNAL_OCCURRENCE,
+                trigger_json=SignalOccurrenceTrigger(
+                    window="7d", at_least=2, dedupe=Dedupe.DAY
+                ),
+                audience_filter_json=AudienceFilter(billing_status=[BillingStatus.TRIALING], min_mrr_cents=0),
+                match_mode=MatchMode.ANY,
+                signal_ids=[str(signal.id)],
+                destination_ids=[str(webhook.destination.id), str(slack.id)],
+            ),
+        )
+    ).result.data.automation
+
+    weekly = ok(
+        create_automation.sync(
+            client=client,
+            body=ScheduleAutomationCreate(
+                name="Weekly digest",
+                trigger_type=ScheduleAutomationCreateTriggerType.SCHEDULE,
+                trigger_json=ScheduleTrigger(cron="0 9 * * 1", timezone="Europe/Berlin"),
+                match_mode=MatchMode.ALL,
+                agent_id=None,
+                destination_ids=[str(slack.id)],
+            ),
+        )
+    ).result.data.automation
+    print("created", on_signal.key, weekly.key)
+
+    by_event = ok(
+        test_automation.sync(
+            str(on_signal.id), client=client, body=AutomationTestRequest(event_id="evt_123")
+        )
+    ).result.data
+    by_subject = ok(
+        test_automation.sync(
+            str(weekly.id),
+            client=client,
+            body=AutomationTestRequest(
+                subject=TestSubject(grain=TestSubjectGrain.CUSTOMER, key="acme.com")
+            ),
+        )
+    ).result.data
+    for run in (by_event.run, by_subject.run):
+        print(run.status, run.skip_reason)
+
+
+if __name__ == "__main__":
+    main()
