@@ -182,13 +182,8 @@ pub fn schema_issues(validator: &jsonschema::Validator, input: &Value) -> Vec<Va
                 issues.push(ValidationIssue::new(path, message));
                 continue;
             }
-            jsonschema::error::ValidationErrorKind::Pattern { pattern }
-                if pattern == DURATION_PATTERN =>
-            {
-                let message = format!(
-                    "`{}` is not a duration: a whole number from 1 to 100000 followed by h, d or w, e.g. `7d`",
-                    shown(err.instance())
-                );
+            jsonschema::error::ValidationErrorKind::Pattern { pattern } => {
+                let message = pattern_message(pattern, err.instance());
                 issues.push(ValidationIssue::new(path, message));
                 continue;
             }
@@ -196,6 +191,16 @@ pub fn schema_issues(validator: &jsonschema::Validator, input: &Value) -> Vec<Va
         }
         issues.push(ValidationIssue::new(path, err.to_string()));
     }
+    // One issue per place: a value that breaks several rules (too short and off-pattern) is
+    // reported once, by the first.
+    let mut seen: Vec<Vec<PathSegment>> = Vec::new();
+    issues.retain(|i| {
+        let first = !seen.contains(&i.path);
+        if first {
+            seen.push(i.path.clone());
+        }
+        first
+    });
     issues
 }
 
@@ -204,6 +209,32 @@ fn shown(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+/// What a value that does not match `pattern` should be, in words (a pattern is no message;
+/// one lists every time zone).
+fn pattern_message(pattern: &str, value: &Value) -> String {
+    let shown = shown(value);
+    if pattern == DURATION_PATTERN {
+        format!("`{shown}` is not a duration: a whole number from 1 to 100000 followed by h, d or w, e.g. `7d`")
+    } else if pattern == r"\S" {
+        "must not be empty".to_string()
+    } else if pattern == crate::agents::schedules::CRON_PATTERN {
+        format!(
+            "`{shown}` is not a cron expression: five fields (minute hour day-of-month month \
+             day-of-week) of numbers, `*`, `a-b` ranges, `,` lists and `/n` steps, e.g. `0 9 * * 1-5`"
+        )
+    } else if pattern == crate::platform::destinations::ENDPOINT_URL_PATTERN {
+        "must start with https:// and a host name, or with http:// followed by localhost, \
+         127.0.0.1, [::1] or ::1 and then a port, a path or the end"
+            .to_string()
+    } else if pattern == crate::engine::contract::time_zone_pattern() {
+        format!("`{shown}` is not an IANA time zone (e.g. `UTC`, `Europe/Berlin`)")
+    } else if pattern.contains("whsec_") {
+        "must be the endpoint's signing secret, starting with `whsec_`".to_string()
+    } else {
+        format!("`{shown}` is not in the form this field takes (see its description)")
     }
 }
 
@@ -223,6 +254,7 @@ pub fn discriminate(schema: &mut Value, resolve: &dyn Fn(&Value) -> Option<Value
             }
             if let Some(rewritten) = tagged_union(map, resolve) {
                 map.remove("oneOf");
+                map.remove("anyOf");
                 map.remove("discriminator");
                 for (k, v) in rewritten {
                     map.insert(k, v);
@@ -234,25 +266,41 @@ pub fn discriminate(schema: &mut Value, resolve: &dyn Fn(&Value) -> Option<Value
     }
 }
 
-/// The single value a member pins `property` to (`const`, or an `enum` of one).
-fn pinned<'a>(member: &'a Value, property: &str) -> Option<&'a Value> {
+/// The values a member pins `property` to (`const`, or an `enum`, itself perhaps behind a
+/// `$ref`), when it requires it.
+fn pinned(
+    member: &Value,
+    property: &str,
+    resolve: &dyn Fn(&Value) -> Option<Value>,
+) -> Option<Vec<Value>> {
     let required = member.get("required")?.as_array()?;
     if !required.iter().any(|r| r.as_str() == Some(property)) {
         return None;
     }
     let p = member.get("properties")?.get(property)?;
-    p.get("const")
-        .or_else(|| match p.get("enum")?.as_array()?.as_slice() {
-            [one] => Some(one),
-            _ => None,
-        })
+    let p = resolve(p).unwrap_or_else(|| p.clone());
+    match p.get("const") {
+        Some(one) => Some(vec![one.clone()]),
+        None => p.get("enum")?.as_array().cloned(),
+    }
+}
+
+/// The names of a member's required properties.
+fn required_of(member: &Value) -> Vec<String> {
+    member
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str().map(str::to_string))
+        .collect()
 }
 
 fn tagged_union(
     map: &Map<String, Value>,
     resolve: &dyn Fn(&Value) -> Option<Value>,
 ) -> Option<Map<String, Value>> {
-    let members = map.get("oneOf")?.as_array()?;
+    let members = map.get("oneOf").or_else(|| map.get("anyOf"))?.as_array()?;
     if members.len() < 2 {
         return None;
     }
@@ -266,34 +314,62 @@ fn tagged_union(
         .and_then(Value::as_str)
     {
         Some(name) => vec![name.to_string()],
-        None => resolved[0]
-            .get("required")?
-            .as_array()?
-            .iter()
-            .filter_map(|r| r.as_str().map(str::to_string))
-            .collect(),
+        None => required_of(&resolved[0]),
     };
-    let property = candidates
-        .into_iter()
-        .find(|p| resolved.iter().all(|m| pinned(m, p).is_some()))?;
-    let values: Vec<Value> = resolved
-        .iter()
-        .filter_map(|m| pinned(m, &property).cloned())
-        .collect();
-    let mut branches = Vec::new();
-    for (member, value) in members.iter().zip(&values) {
-        branches.push(serde_json::json!({
-            "if": {"required": [property], "properties": {&property: {"const": value}}},
-            "then": member,
-        }));
-    }
+    // A tag: one property every member requires, each member with its own values.
+    let tagged = candidates.into_iter().find_map(|p| {
+        let sets: Vec<Vec<Value>> = resolved
+            .iter()
+            .map(|m| pinned(m, &p, resolve))
+            .collect::<Option<_>>()?;
+        let all: Vec<&Value> = sets.iter().flatten().collect();
+        let disjoint = all.iter().enumerate().all(|(i, v)| !all[..i].contains(v));
+        disjoint.then_some((p, sets))
+    });
     let mut out = Map::new();
-    out.insert("type".into(), Value::from("object"));
-    out.insert("required".into(), serde_json::json!([property]));
-    out.insert(
-        "properties".into(),
-        serde_json::json!({ &property: {"enum": values} }),
-    );
+    let mut branches = Vec::new();
+    if let Some((property, sets)) = tagged {
+        for (member, values) in members.iter().zip(&sets) {
+            branches.push(serde_json::json!({
+                "if": {"required": [property], "properties": {&property: {"enum": values}}},
+                "then": member,
+            }));
+        }
+        let values: Vec<Value> = sets.into_iter().flatten().collect();
+        out.insert("type".into(), Value::from("object"));
+        out.insert("required".into(), serde_json::json!([property]));
+        out.insert(
+            "properties".into(),
+            serde_json::json!({ &property: {"enum": values} }),
+        );
+    } else {
+        // Members told apart by a key only each requires (`cron` or `every`): the keys present
+        // pick the members (both present: each refuses the other's key), and one must be.
+        let keys: Vec<String> = resolved
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                required_of(m).into_iter().find(|k| {
+                    resolved.iter().enumerate().all(|(j, other)| {
+                        i == j || other.get("properties").and_then(|p| p.get(k)).is_none()
+                    })
+                })
+            })
+            .collect::<Option<_>>()?;
+        for (member, key) in members.iter().zip(&keys) {
+            branches.push(serde_json::json!({"if": {"required": [key]}, "then": member}));
+        }
+        // None of the keys: each is reported missing, at its own path.
+        let any_key: Vec<Value> = keys
+            .iter()
+            .map(|k| serde_json::json!({"required": [k]}))
+            .collect();
+        branches.push(serde_json::json!({
+            "if": {"not": {"anyOf": any_key}},
+            "then": {"required": keys},
+        }));
+        out.insert("type".into(), Value::from("object"));
+    }
     out.insert("allOf".into(), Value::Array(branches));
     Some(out)
 }
@@ -362,7 +438,12 @@ impl Contract {
         }
         refuse_null(&mut schema);
         let mut checked = schema.clone();
-        discriminate(&mut checked, &|_| None);
+        let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
+        let resolve = |member: &Value| -> Option<Value> {
+            let name = member.get("$ref")?.as_str()?.strip_prefix("#/$defs/")?;
+            defs.get(name).cloned()
+        };
+        discriminate(&mut checked, &resolve);
         let validator = jsonschema::validator_for(&checked).ok();
         Self { schema, validator }
     }

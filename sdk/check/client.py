@@ -14,7 +14,8 @@ from custintel_client.api.signals import create_signal
 from custintel_client.models import (
     AudienceFilter,
     BillingStatus,
-    AutomationTestRequest,
+    AutomationTestByEvent,
+    AutomationTestBySubject,
     ErrorBody,
     ErrorEnvelope,
     EventMatchDefinition,
@@ -22,11 +23,11 @@ from custintel_client.models import (
     Grain,
     Resolver,
     MatchMode,
-    PropertyCondition,
-    Operator,
+    ComparisonCondition,
+    ComparisonOperator,
     ScheduleAutomationCreate,
     ScheduleAutomationCreateTriggerType,
-    ScheduleTrigger,
+    CronSchedule,
     SignalCreate,
     SignalCreateKind,
     SignalOccurrenceAutomationCreate,
@@ -68,9 +69,9 @@ def main() -> None:
                     subject_resolver=Resolver.EMAIL,
                     event_names=["pageview"],
                     property_conditions=[
-                        PropertyCondition(
+                        ComparisonCondition(
                             property_="path",
-                            operator=Operator.CONTAINS,
+                            operator=ComparisonOperator.CONTAINS,
                             value="/pricing",
                         ),
                     ],
@@ -128,7 +129,7 @@ def main() -> None:
             body=ScheduleAutomationCreate(
                 name="Weekly digest",
                 trigger_type=ScheduleAutomationCreateTriggerType.SCHEDULE,
-                trigger_json=ScheduleTrigger(cron="0 9 * * 1", timezone="Europe/Berlin"),
+                trigger_json=CronSchedule(cron="0 9 * * 1-5", timezone="Europe/Berlin"),
                 match_mode=MatchMode.ALL,
                 agent_id=None,
                 destination_ids=[str(slack.id)],
@@ -139,14 +140,14 @@ def main() -> None:
 
     by_event = ok(
         test_automation.sync(
-            str(on_signal.id), client=client, body=AutomationTestRequest(event_id="evt_123")
+            str(on_signal.id), client=client, body=AutomationTestByEvent(event_id="evt_123")
         )
     ).result.data
     by_subject = ok(
         test_automation.sync(
             str(weekly.id),
             client=client,
-            body=AutomationTestRequest(
+            body=AutomationTestBySubject(
                 subject=TestSubject(grain=TestSubjectGrain.CUSTOMER, key="acme.com")
             ),
         )

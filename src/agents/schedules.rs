@@ -22,6 +22,88 @@ use super::{
 };
 use entity::{agent, agent_run::AgentRunStatus};
 
+/// One cron field's item pattern: `*` or `*/n`, a number, or a range `a-b` (optionally `/n`).
+macro_rules! cron_field {
+    ($value:literal) => {
+        concat!(
+            r"(\*(/[1-9][0-9]?)?|",
+            $value,
+            "(-",
+            $value,
+            r"(/[1-9][0-9]?)?)?)",
+            r"(,(\*(/[1-9][0-9]?)?|",
+            $value,
+            "(-",
+            $value,
+            r"(/[1-9][0-9]?)?)?))*"
+        )
+    };
+}
+
+/// The cron expressions this service takes, as a pattern for the description: five fields
+/// (minute 0-59, hour 0-23, day of month 1-31, month 1-12, day of week 0-7 with 0 and 7
+/// Sunday) of `*`, numbers, `a-b` ranges and `,` lists, with `/n` steps on `*` and ranges. A
+/// range from a higher to a lower number wraps around (`5-1` in day of week is Friday to
+/// Monday). Every expression it admits parses.
+pub const CRON_PATTERN: &str = concat!(
+    "^ *",
+    cron_field!("[0-5]?[0-9]"),
+    " +",
+    cron_field!("(0?[0-9]|1[0-9]|2[0-3])"),
+    " +",
+    cron_field!("(0?[1-9]|[12][0-9]|3[01])"),
+    " +",
+    cron_field!("(0?[1-9]|1[0-2])"),
+    " +",
+    cron_field!("[0-7]"),
+    " *$"
+);
+
+/// Each field's bounds, for ranges that wrap around.
+const FIELD_BOUNDS: [(u16, u16); 5] = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)];
+
+/// Rewrites ranges that run from a higher to a lower number as the two ranges they wrap
+/// around to (`5-1` -> `5-6,0-1`), keeping their step.
+fn wrap_ranges(cron: &str) -> String {
+    let fields: Vec<String> = cron
+        .split_whitespace()
+        .zip(FIELD_BOUNDS)
+        .map(|(field, (min, max))| {
+            let items: Vec<String> = field
+                .split(',')
+                .map(|item| {
+                    let (range, step) = match item.split_once('/') {
+                        Some((r, s)) => (r, format!("/{s}")),
+                        None => (item, String::new()),
+                    };
+                    let bounds = range
+                        .split_once('-')
+                        .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)));
+                    match bounds {
+                        // Day of week 7 is Sunday, 0 after the wrap.
+                        Some((a, b)) if a > b => {
+                            let a = if max == 6 && a == 7 { 0 } else { a };
+                            if a <= b {
+                                format!("{a}-{b}{step}")
+                            } else {
+                                format!("{a}-{max}{step},{min}-{b}{step}")
+                            }
+                        }
+                        _ => item.to_string(),
+                    }
+                })
+                .collect();
+            items.join(",")
+        })
+        .collect();
+    fields.join(" ")
+}
+
+/// The IANA time zones a schedule may be read in.
+pub fn time_zone_names() -> Vec<&'static str> {
+    chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect()
+}
+
 /// A parsed schedule.
 #[derive(Clone, Debug)]
 pub struct Schedule {
@@ -39,7 +121,7 @@ impl Schedule {
                 "`{cron}` has {fields} fields; a schedule has 5: minute hour day-of-month month day-of-week"
             )));
         }
-        let parsed = Cron::from_str(cron.trim())
+        let parsed = Cron::from_str(&wrap_ranges(cron.trim()))
             .map_err(|e| ScheduleError::Cron(format!("`{cron}` is not a cron expression: {e}")))?;
         let tz = Tz::from_str(timezone.trim()).map_err(|_| {
             ScheduleError::Timezone(format!(
@@ -202,4 +284,47 @@ pub fn spawn(runtime: AgentRuntime) -> ScheduleHandle {
             tokio::time::sleep(every).await;
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every expression the description's pattern admits parses, wrapped ranges included.
+    #[test]
+    fn the_cron_pattern_admits_only_expressions_that_parse() {
+        let pattern = jsonschema::validator_for(
+            &serde_json::json!({"type": "string", "pattern": CRON_PATTERN}),
+        )
+        .expect("pattern compiles");
+        let admitted = [
+            "0 9 * * 1",
+            "*/15 * * * *",
+            "0 9 * * 1-5",
+            "0 22 * * 5-1",
+            "0 0 31-2 * 7-2",
+            "59 23 31 12 7",
+            "0,30 8-18/2 1,15 */3 0",
+        ];
+        for cron in admitted {
+            assert!(pattern.is_valid(&serde_json::json!(cron)), "{cron} refused");
+            assert!(
+                Schedule::parse(cron, "UTC").is_ok(),
+                "{cron} does not parse"
+            );
+        }
+        for refused in [
+            "0",
+            "60 * * * *",
+            "* * * * * *",
+            "0/5 * * * *",
+            "*/0 * * * *",
+        ] {
+            assert!(
+                !pattern.is_valid(&serde_json::json!(refused)),
+                "{refused} admitted"
+            );
+        }
+        assert_eq!(wrap_ranges("0 22 * * 5-1"), "0 22 * * 5-6,0-1");
+    }
 }

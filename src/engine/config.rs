@@ -191,34 +191,29 @@ fn read_signal_trigger(
 }
 
 fn read_schedule(schedule: contract::ScheduleTrigger) -> Result<ScheduleTrigger, Issues> {
-    let tz_text = schedule.timezone.as_deref().unwrap_or("UTC");
-    let Ok(timezone) = Tz::from_str(tz_text.trim()) else {
+    let (cadence, timezone) = match schedule {
+        contract::ScheduleTrigger::Cron(c) => {
+            let tz = c.timezone.map_or_else(|| "UTC".to_string(), |t| t.0);
+            match Schedule::parse(&c.cron, &tz) {
+                Ok(s) => (Cadence::Cron(s), tz),
+                Err(crate::agents::schedules::ScheduleError::Cron(m)) => {
+                    return Err(vec![issue(&["cron"], m)])
+                }
+                Err(crate::agents::schedules::ScheduleError::Timezone(m)) => {
+                    return Err(vec![issue(&["timezone"], m)])
+                }
+            }
+        }
+        contract::ScheduleTrigger::Every(e) => (
+            Cadence::Every(span(Some(&e.every), Duration::days(1))),
+            e.timezone.map_or_else(|| "UTC".to_string(), |t| t.0),
+        ),
+    };
+    let Ok(timezone) = Tz::from_str(timezone.trim()) else {
         return Err(vec![issue(
             &["timezone"],
-            format!("`{tz_text}` is not an IANA time zone (e.g. `UTC`, `Europe/Berlin`)"),
+            format!("`{timezone}` is not an IANA time zone (e.g. `UTC`, `Europe/Berlin`)"),
         )]);
-    };
-    let cadence = match (schedule.cron, schedule.every) {
-        (Some(_), Some(_)) => {
-            return Err(vec![issue(
-                &["every"],
-                "give either cron or every, not both",
-            )])
-        }
-        (None, None) => return Err(vec![issue(&["cron"], "a schedule needs cron or every")]),
-        (Some(cron), None) => match Schedule::parse(&cron, tz_text) {
-            Ok(s) => Cadence::Cron(s),
-            Err(crate::agents::schedules::ScheduleError::Cron(m)) => {
-                return Err(vec![issue(&["cron"], m)])
-            }
-            Err(_) => {
-                return Err(vec![issue(
-                    &["timezone"],
-                    format!("`{tz_text}` is not an IANA time zone"),
-                )])
-            }
-        },
-        (None, Some(every)) => Cadence::Every(span(Some(&every), Duration::days(1))),
     };
     Ok(ScheduleTrigger { cadence, timezone })
 }
@@ -467,10 +462,13 @@ fn matcher(
         event_names,
         conditions: conditions
             .into_iter()
-            .map(|c| Condition {
-                path: c.property.split('.').map(str::to_string).collect(),
-                operator: c.operator,
-                value: c.value.unwrap_or(Value::Null),
+            .map(|c| {
+                let (property, operator, value) = c.into_parts();
+                Condition {
+                    path: property.split('.').map(str::to_string).collect(),
+                    operator,
+                    value,
+                }
             })
             .collect(),
         all: mode != Some(contract::ConditionMode::Any),
@@ -540,7 +538,7 @@ mod tests {
             0,
         )
         .unwrap_err();
-        assert_eq!(paths(&err), vec![r#"["every"]"#]);
+        assert_eq!(paths(&err), vec![r#"["cron"]"#, r#"["every"]"#]);
         let every = parse_trigger("SCHEDULE", "ANY", &json!({"every": "2h"}), 0).unwrap();
         let Trigger::Schedule(e) = every else {
             panic!("schedule")

@@ -14,7 +14,11 @@ use serde_json::Value;
 
 use super::config::{Dedupe, Grain, Resolver};
 use super::matching::Operator;
-use crate::{tools::list_users::Stage, validation::Contract};
+use crate::{
+    agents::schedules::{time_zone_names, CRON_PATTERN},
+    tools::list_users::Stage,
+    validation::Contract,
+};
 
 use crate::validation::DURATION_PATTERN as SPAN_PATTERN;
 
@@ -27,19 +31,78 @@ pub enum ConditionMode {
     Any,
 }
 
-/// One condition on an event property. `value` is any JSON; it is required for every operator
-/// except `exists`, which has none.
+/// The operator of a condition that compares the property with a `value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ComparisonOperator {
+    Eq,
+    Neq,
+    Contains,
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+/// The operator of a condition that holds when the property is present and not null.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExistsOperator {
+    Exists,
+}
+
+/// A condition comparing an event property with a value: `eq`/`neq` JSON equality (numbers
+/// as numbers), `contains` a substring or an array element, `gt`/`gte`/`lt`/`lte` numbers or
+/// numeric strings.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PropertyCondition {
+pub struct ComparisonCondition {
     /// A dot path looked up in the event's `properties`, then in its own fields (`url`, `path`,
     /// `utm.source`, ...).
     #[schemars(regex(pattern = r"\S"))]
     pub property: String,
-    pub operator: Operator,
-    /// The value compared with (`eq`, `neq`, `contains`, `gt`, `gte`, `lt`, `lte`).
-    #[serde(default)]
-    pub value: Option<Value>,
+    pub operator: ComparisonOperator,
+    /// The value compared with; any JSON.
+    pub value: Value,
+}
+
+/// A condition that holds when the event property is present and not null.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExistsCondition {
+    /// A dot path, as for a comparison.
+    #[schemars(regex(pattern = r"\S"))]
+    pub property: String,
+    pub operator: ExistsOperator,
+}
+
+/// One condition on an event property: a comparison with a `value`, or `exists` (no value).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PropertyCondition {
+    Comparison(ComparisonCondition),
+    Exists(ExistsCondition),
+}
+
+impl PropertyCondition {
+    /// The property path, operator and compared value (null for `exists`).
+    pub fn into_parts(self) -> (String, Operator, Value) {
+        match self {
+            PropertyCondition::Exists(c) => (c.property, Operator::Exists, Value::Null),
+            PropertyCondition::Comparison(c) => {
+                let operator = match c.operator {
+                    ComparisonOperator::Eq => Operator::Eq,
+                    ComparisonOperator::Neq => Operator::Neq,
+                    ComparisonOperator::Contains => Operator::Contains,
+                    ComparisonOperator::Gt => Operator::Gt,
+                    ComparisonOperator::Gte => Operator::Gte,
+                    ComparisonOperator::Lt => Operator::Lt,
+                    ComparisonOperator::Lte => Operator::Lte,
+                };
+                (c.property, operator, c.value)
+            }
+        }
+    }
 }
 
 /// Definition of an `EVENT_MATCH` signal: every event with one of `eventNames` that meets the
@@ -124,21 +187,67 @@ pub struct SignalOccurrenceTrigger {
     pub dedupe: Option<Dedupe>,
 }
 
-/// `triggerJson` of a `SCHEDULE` automation: exactly one of `cron` and `every`.
+/// An IANA time zone such as `Europe/Berlin`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TimeZone(pub String);
+
+/// The time zone names as one pattern rather than an `enum`: SDK generators turn an enum into
+/// constants, and `Etc/GMT+1` and `Etc/GMT-1` would become the same constant.
+pub fn time_zone_pattern() -> &'static str {
+    static PATTERN: LazyLock<String> = LazyLock::new(|| {
+        let names: Vec<String> = time_zone_names()
+            .into_iter()
+            .map(|n| n.replace('+', "\\+").replace('.', "\\."))
+            .collect();
+        format!("^({})$", names.join("|"))
+    });
+    &PATTERN
+}
+
+impl JsonSchema for TimeZone {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TimeZone".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "An IANA time zone such as `Europe/Berlin`.",
+            "type": "string",
+            "pattern": time_zone_pattern(),
+        })
+    }
+}
+
+/// `triggerJson` of a `SCHEDULE` automation on a cron.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ScheduleTrigger {
+#[serde(deny_unknown_fields)]
+pub struct CronSchedule {
     /// Five cron fields (minute, hour, day of month, month, day of week) read in `timezone`:
-    /// `0 9 * * 1` is Mondays at 09:00. Give `cron` or `every`, not both.
-    #[schemars(length(min = 1))]
-    pub cron: Option<String>,
-    /// A run every `<n>h|d|w`, counted from the time the automation is enabled. Give `cron` or
-    /// `every`, not both.
+    /// `0 9 * * 1-5` is weekdays at 09:00. Numbers, `*`, `a-b` ranges (a range from a higher
+    /// to a lower number wraps around), `,` lists and `/n` steps on `*` and ranges.
+    #[schemars(regex(pattern = CRON_PATTERN))]
+    pub cron: String,
+    /// Default `UTC`.
+    pub timezone: Option<TimeZone>,
+}
+
+/// `triggerJson` of a `SCHEDULE` automation at a fixed interval.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EverySchedule {
+    /// A run every `<n>h|d|w`, counted from the time the automation is enabled.
     #[schemars(regex(pattern = SPAN_PATTERN))]
-    pub every: Option<String>,
-    /// An IANA time zone such as `Europe/Berlin` (default `UTC`).
-    #[schemars(length(min = 1))]
-    pub timezone: Option<String>,
+    pub every: String,
+    /// Default `UTC`.
+    pub timezone: Option<TimeZone>,
+}
+
+/// `triggerJson` of a `SCHEDULE` automation: a `cron` or an `every`, not both.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ScheduleTrigger {
+    Cron(CronSchedule),
+    Every(EverySchedule),
 }
 
 /// `audienceFilterJson`: who an automation's runs are for, checked against the subject (a user

@@ -55,7 +55,12 @@ impl BodyContracts {
         let components = Value::Object(converted);
         let mut validators = HashMap::new();
         let mut broken = Vec::new();
-        for name in request_body_components(doc) {
+        // A tool call's `input` is checked by the tool gateway against the same schema, with
+        // issue paths relative to `input` as tool-call errors give them (MCP calls too).
+        for name in request_body_components(doc)
+            .into_iter()
+            .filter(|n| n != "ToolCallRequest")
+        {
             let root = json!({
                 "$ref": format!("{PREFIX}{name}"),
                 "components": {"schemas": components},
@@ -170,6 +175,47 @@ mod tests {
         assert_eq!(
             r,
             json!({"anyOf": [{"allOf": [{"$ref": "#/x"}]}, {"type": "null"}]})
+        );
+    }
+
+    fn paths(name: &str, body: Value) -> Vec<Value> {
+        let contracts = BodyContracts::from_description(&crate::http::server::openapi_value());
+        assert!(contracts.broken.is_empty(), "{:?}", contracts.broken);
+        contracts
+            .check(name, &body)
+            .err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| serde_json::to_value(&i.path).unwrap_or_default())
+            .collect()
+    }
+
+    /// Alternative shapes report the issues of the shape a body took, at their own paths.
+    #[test]
+    fn shapes_report_the_field_that_does_not_fit() {
+        let schedule = |trigger: Value| json!({"name": "x", "triggerType": "SCHEDULE", "triggerJson": trigger, "matchMode": "ANY"});
+        assert_eq!(
+            paths("AutomationCreate", schedule(json!({"timezone": "UTC"}))),
+            vec![
+                json!(["triggerJson", "cron"]),
+                json!(["triggerJson", "every"])
+            ]
+        );
+        assert_eq!(
+            paths("AutomationCreate", schedule(json!({"cron": "bad"}))),
+            vec![json!(["triggerJson", "cron"])]
+        );
+        assert!(paths("AutomationCreate", schedule(json!({"every": "2h"}))).is_empty());
+        assert_eq!(
+            paths("AutomationTestRequest", json!({})),
+            vec![json!(["eventId"]), json!(["subject"])]
+        );
+        assert_eq!(
+            paths(
+                "AutomationCreate",
+                json!({"name": "x", "triggerType": "NEVER", "triggerJson": {}, "matchMode": "ANY"})
+            ),
+            vec![json!(["triggerType"])]
         );
     }
 }

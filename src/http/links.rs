@@ -14,6 +14,8 @@ struct Link {
     name: &'static str,
     to: &'static str,
     parameters: &'static [(&'static str, &'static str)],
+    /// The request body of `to`, as JSON with runtime expressions in its values.
+    request_body: Option<&'static str>,
     description: &'static str,
 }
 
@@ -31,6 +33,7 @@ const LINKS: &[Link] = &[
         to: "getSignal",
         parameters: &[("id", SIGNAL)],
         description: "The signal just created.",
+        request_body: None,
     },
     Link {
         from: "createSignal",
@@ -38,6 +41,7 @@ const LINKS: &[Link] = &[
         to: "archiveSignal",
         parameters: &[("id", SIGNAL)],
         description: "Archives the signal just created.",
+        request_body: None,
     },
     Link {
         from: "createAutomation",
@@ -45,6 +49,7 @@ const LINKS: &[Link] = &[
         to: "getAutomation",
         parameters: &[("id", AUTOMATION)],
         description: "The automation just created.",
+        request_body: None,
     },
     Link {
         from: "createAutomation",
@@ -52,6 +57,7 @@ const LINKS: &[Link] = &[
         to: "enableAutomation",
         parameters: &[("id", AUTOMATION)],
         description: "Enables the automation just created.",
+        request_body: None,
     },
     Link {
         from: "createAutomation",
@@ -59,6 +65,7 @@ const LINKS: &[Link] = &[
         to: "disableAutomation",
         parameters: &[("id", AUTOMATION)],
         description: "Disables the automation just created.",
+        request_body: None,
     },
     Link {
         from: "createAutomation",
@@ -66,6 +73,7 @@ const LINKS: &[Link] = &[
         to: "testAutomation",
         parameters: &[("id", AUTOMATION)],
         description: "A dry run of the automation just created.",
+        request_body: None,
     },
     Link {
         from: "createAutomation",
@@ -73,6 +81,7 @@ const LINKS: &[Link] = &[
         to: "listAutomationRuns",
         parameters: &[("id", AUTOMATION)],
         description: "The runs of the automation just created.",
+        request_body: None,
     },
     Link {
         from: "getAutomation",
@@ -80,6 +89,7 @@ const LINKS: &[Link] = &[
         to: "listAutomationRuns",
         parameters: &[("id", AUTOMATION)],
         description: "The automation's runs.",
+        request_body: None,
     },
     Link {
         from: "enableAutomation",
@@ -87,6 +97,7 @@ const LINKS: &[Link] = &[
         to: "disableAutomation",
         parameters: &[("id", AUTOMATION)],
         description: "Disables the automation again.",
+        request_body: None,
     },
     Link {
         from: "disableAutomation",
@@ -94,6 +105,7 @@ const LINKS: &[Link] = &[
         to: "enableAutomation",
         parameters: &[("id", AUTOMATION)],
         description: "Enables the automation again.",
+        request_body: None,
     },
     Link {
         from: "listAutomationRuns",
@@ -101,6 +113,7 @@ const LINKS: &[Link] = &[
         to: "getAutomationRun",
         parameters: &[("id", "$request.path.id"), ("run_id", FIRST_RUN)],
         description: "The first run of the page.",
+        request_body: None,
     },
     Link {
         from: "listAutomationRuns",
@@ -108,6 +121,7 @@ const LINKS: &[Link] = &[
         to: "listAutomationRuns",
         parameters: &[("id", "$request.path.id"), ("cursor", NEXT_CURSOR)],
         description: "The next page of runs (while `nextCursor` is not empty).",
+        request_body: None,
     },
     Link {
         from: "createDestination",
@@ -115,6 +129,7 @@ const LINKS: &[Link] = &[
         to: "getDestination",
         parameters: &[("id", DESTINATION)],
         description: "The destination just created.",
+        request_body: None,
     },
     Link {
         from: "createDestination",
@@ -122,6 +137,7 @@ const LINKS: &[Link] = &[
         to: "updateDestination",
         parameters: &[("id", DESTINATION)],
         description: "Changes the destination just created.",
+        request_body: None,
     },
     Link {
         from: "createDestination",
@@ -129,6 +145,7 @@ const LINKS: &[Link] = &[
         to: "disableDestination",
         parameters: &[("id", DESTINATION)],
         description: "Disables the destination just created.",
+        request_body: None,
     },
     Link {
         from: "listAgents",
@@ -136,6 +153,7 @@ const LINKS: &[Link] = &[
         to: "getAgent",
         parameters: &[("id", "$response.body#/result/data/agents/0/id")],
         description: "The first agent of the list.",
+        request_body: None,
     },
     Link {
         from: "getAgent",
@@ -143,6 +161,7 @@ const LINKS: &[Link] = &[
         to: "updateAgent",
         parameters: &[("id", AGENT)],
         description: "Changes the agent.",
+        request_body: None,
     },
     Link {
         from: "getAgent",
@@ -150,6 +169,7 @@ const LINKS: &[Link] = &[
         to: "disableAgent",
         parameters: &[("id", AGENT)],
         description: "Disables the agent.",
+        request_body: None,
     },
     Link {
         from: "getAgent",
@@ -157,6 +177,7 @@ const LINKS: &[Link] = &[
         to: "listAgentRuns",
         parameters: &[("id", AGENT)],
         description: "The agent's runs.",
+        request_body: None,
     },
     Link {
         from: "listAgentRuns",
@@ -164,6 +185,7 @@ const LINKS: &[Link] = &[
         to: "getAgentRun",
         parameters: &[("id", "$request.path.id"), ("run_id", FIRST_RUN)],
         description: "The first run of the page.",
+        request_body: None,
     },
     Link {
         from: "listAgentRuns",
@@ -171,6 +193,7 @@ const LINKS: &[Link] = &[
         to: "listAgentRuns",
         parameters: &[("id", "$request.path.id"), ("cursor", NEXT_CURSOR)],
         description: "The next page of runs (while `nextCursor` is not empty).",
+        request_body: None,
     },
     Link {
         from: "connectIntegration",
@@ -178,6 +201,7 @@ const LINKS: &[Link] = &[
         to: "getConnectStatus",
         parameters: &[("sessionId", "$response.body#/sessionId")],
         description: "The browser session's status (a connection through the connect page).",
+        request_body: None,
     },
     Link {
         from: "connectIntegration",
@@ -185,6 +209,15 @@ const LINKS: &[Link] = &[
         to: "receiveStripeWebhook",
         parameters: &[("connectionId", "$response.body#/connectionId")],
         description: "The webhook route of a Stripe connection made directly (with `config`).",
+        request_body: None,
+    },
+    Link {
+        from: "connectIntegration",
+        name: "Disconnect",
+        to: "disconnectIntegration",
+        parameters: &[],
+        request_body: Some(r#"{"provider": "$request.body#/provider"}"#),
+        description: "Disconnects the provider just connected.",
     },
 ];
 
@@ -206,14 +239,20 @@ pub fn add_links(doc: &mut Value) {
             .entry("links")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Some(links) = links.as_object_mut() {
-            links.insert(
-                link.name.to_string(),
-                json!({
-                    "operationId": link.to,
-                    "parameters": parameters,
-                    "description": link.description,
-                }),
-            );
+            let mut entry = json!({
+                "operationId": link.to,
+                "description": link.description,
+            });
+            if !parameters.is_empty() {
+                entry["parameters"] = Value::Object(parameters);
+            }
+            if let Some(body) = link
+                .request_body
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+            {
+                entry["requestBody"] = body;
+            }
+            links.insert(link.name.to_string(), entry);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! `/metrics`. It turns requests into the domain's plain inputs and the domain's results and
 //! errors into response bodies; the domain never imports it.
 
+pub mod allow;
 pub mod api;
 pub mod body_contract;
 pub mod correlation;

@@ -149,6 +149,17 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
     let metrics = get(metrics_text).data(state.clone());
     let service = api::service(state);
     let doc = openapi_document(&service.spec());
+    let allowed = crate::http::allow::AllowedMethods::of(
+        &doc,
+        &[
+            ("/openapi.yaml", &["GET"]),
+            ("/openapi.json", &["GET"]),
+            ("/healthz", &["GET"]),
+            ("/readyz", &["GET"]),
+            ("/metrics", &["GET"]),
+            ("/connect/:session_id", &["GET", "POST"]),
+        ],
+    );
     let yaml = serde_yaml::to_string(&doc).unwrap_or_default();
     let json_text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     let docs = service.swagger_ui();
@@ -176,6 +187,7 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
         .at("/connect/:session_id", connect_page)
         .at("/mcp", mcp)
         .catch_all_error(json_error)
+        .around(move |ep, req| crate::http::allow::middleware(ep, req, allowed.clone()))
         .around(crate::http::metrics::middleware)
         .around(correlation::middleware)
 }

@@ -147,6 +147,62 @@ pub fn register_tagged(
     );
 }
 
+/// Registers a body of alternative shapes told apart by the keys they require (each refuses
+/// the others' keys): `anyOf` the members.
+pub fn register_alternatives(
+    registry: &mut Registry,
+    name: &'static str,
+    description: &'static str,
+    members: &[String],
+) {
+    registry.schemas.insert(
+        name.to_string(),
+        MetaSchema {
+            description: Some(description),
+            any_of: members
+                .iter()
+                .map(|m| MetaSchemaRef::Reference(m.clone()))
+                .collect(),
+            ..MetaSchema::ANY
+        },
+    );
+}
+
+/// Describes a serde-untagged enum of poem-openapi objects as `anyOf` its members:
+/// `alternative_body!(AutomationTestRequest, "doc", [AutomationTestByEvent, AutomationTestBySubject])`.
+#[macro_export]
+macro_rules! alternative_body {
+    ($ty:ident, $doc:literal, [$($member:ty),+ $(,)?]) => {
+        impl poem_openapi::types::Type for $ty {
+            const IS_REQUIRED: bool = true;
+            type RawValueType = Self;
+            type RawElementValueType = Self;
+
+            fn name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn schema_ref() -> poem_openapi::registry::MetaSchemaRef {
+                poem_openapi::registry::MetaSchemaRef::Reference(stringify!($ty).to_string())
+            }
+
+            fn register(registry: &mut poem_openapi::registry::Registry) {
+                $(<$member as poem_openapi::types::Type>::register(registry);)+
+                let members = [$(<$member as poem_openapi::types::Type>::name().into_owned()),+];
+                $crate::http::typed_json::register_alternatives(registry, stringify!($ty), $doc, &members);
+            }
+
+            fn as_raw_value(&self) -> Option<&Self> {
+                Some(self)
+            }
+
+            fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self> + 'a> {
+                Box::new(std::iter::once(self))
+            }
+        }
+    };
+}
+
 /// Describes a serde-tagged enum of poem-openapi objects as a discriminated `oneOf`:
 /// `tagged_body!(AutomationCreate, "doc", "triggerType", { "SCHEDULE" => Schedule(ScheduleAutomationCreate), ... })`.
 /// The enum itself (with `#[serde(tag = ...)]`) is declared beside it; parsing is serde's, after
@@ -194,7 +250,13 @@ pub fn add_contract_components(doc: &mut Value) {
     else {
         return;
     };
-    for (name, contract) in crate::engine::contract::components() {
+    let steps = crate::integrations::setup::step_contracts()
+        .into_iter()
+        .map(|(_, name, contract)| (name, contract));
+    for (name, contract) in crate::engine::contract::components()
+        .into_iter()
+        .chain(steps)
+    {
         let mut root = contract.schema().clone();
         let defs = root
             .as_object_mut()

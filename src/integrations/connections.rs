@@ -131,7 +131,7 @@ pub fn validate_credentials(
     }
     if provider.id == "posthog" {
         if let Some(region) = out.get("region").and_then(Value::as_str) {
-            if region != "us" && region != "eu" {
+            if !POSTHOG_REGIONS.contains(&region) {
                 issues.push(ValidationIssue::new(
                     at("region"),
                     "`region` must be `us` or `eu`",
@@ -165,6 +165,9 @@ fn issues_message(provider: &Provider, issues: &[ValidationIssue]) -> String {
         format!("invalid config for {}", provider.id)
     }
 }
+
+/// PostHog's cloud regions, the values its `region` credential may take.
+pub const POSTHOG_REGIONS: [&str; 2] = ["us", "eu"];
 
 /// A direct connection with credentials from `config`.
 pub async fn connect_direct(

@@ -1,12 +1,13 @@
 //! Follow-up steps after connect: the Stripe `webhooks` step and the CRM `mappings` step.
 
+use crate::validation::Contract;
 use chrono::Utc;
 use sea_orm::{ActiveModelTrait, ConnectionTrait, IntoActiveModel, Set};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{connections, providers::Provider, IntegrationError, IntegrationResult};
-use crate::{crypto::SecretBox, validation::parse_value};
+use crate::crypto::SecretBox;
 use entity::integration_connection as conn;
 
 /// The Stripe events the webhook route handles.
@@ -32,26 +33,64 @@ pub struct HeaderInfo {
     pub description: String,
 }
 
+/// How this service reads opportunities in a mapped stage.
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StageStatus {
+    Open,
+    Won,
+    Lost,
+}
+
+impl StageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageStatus::Open => "open",
+            StageStatus::Won => "won",
+            StageStatus::Lost => "lost",
+        }
+    }
+}
+
 /// A CRM stage mapped to how this service reads opportunities in it.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StageMapping {
+    #[schemars(regex(pattern = r"\S"))]
     pub pipeline_id: String,
+    #[schemars(regex(pattern = r"\S"))]
     pub stage_id: String,
-    /// `open`, `won` or `lost`.
-    pub status: String,
+    pub status: StageStatus,
 }
 
-#[derive(Debug, Deserialize)]
+/// `config` of the `mappings` step: how each CRM stage is read.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct MappingsConfig {
-    mappings: Vec<StageMapping>,
+pub struct MappingsConfig {
+    pub mappings: Vec<StageMapping>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `config` of Stripe's `webhooks` step: the endpoint's signing secret.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct WebhooksConfig {
-    webhook_secret: String,
+pub struct WebhooksConfig {
+    /// The endpoint's signing secret from the Stripe dashboard, `whsec_...`.
+    #[schemars(regex(pattern = r"^\s*whsec_\S"))]
+    pub webhook_secret: String,
+}
+
+pub static MAPPINGS_CONFIG: std::sync::LazyLock<Contract> =
+    std::sync::LazyLock::new(Contract::of::<MappingsConfig>);
+pub static WEBHOOKS_CONFIG: std::sync::LazyLock<Contract> =
+    std::sync::LazyLock::new(Contract::of::<WebhooksConfig>);
+
+/// The `config` contract of each step, by step id and the component name the description
+/// gives it.
+pub fn step_contracts() -> Vec<(&'static str, &'static str, &'static Contract)> {
+    vec![
+        ("mappings", "MappingsConfig", &*MAPPINGS_CONFIG),
+        ("webhooks", "WebhooksConfig", &*WEBHOOKS_CONFIG),
+    ]
 }
 
 /// What a step answers.
@@ -191,14 +230,10 @@ async fn webhooks<C: ConnectionTrait>(
                 .to_string();
         }
         Some(map) => {
-            let parsed: WebhooksConfig = parse_value(Value::Object(map)).map_err(config_issue)?;
+            let parsed: WebhooksConfig = WEBHOOKS_CONFIG
+                .parse(&Value::Object(map))
+                .map_err(config_issue)?;
             let secret = parsed.webhook_secret.trim().to_string();
-            if !secret.starts_with("whsec_") || secret.len() <= "whsec_".len() {
-                return Err(config_issue(vec![crate::validation::ValidationIssue::at(
-                    "webhookSecret",
-                    "must be the endpoint's signing secret, starting with `whsec_`",
-                )]));
-            }
             save_setting(
                 db,
                 row,
@@ -255,34 +290,9 @@ async fn mappings<C: ConnectionTrait>(
             );
         }
         Some(map) => {
-            let parsed: MappingsConfig = parse_value(Value::Object(map)).map_err(config_issue)?;
-            let mut issues = Vec::new();
-            for (i, m) in parsed.mappings.iter().enumerate() {
-                let at = |field: &str| -> Vec<crate::validation::PathSegment> {
-                    vec!["mappings".into(), i.into(), field.into()]
-                };
-                if m.pipeline_id.trim().is_empty() {
-                    issues.push(crate::validation::ValidationIssue::new(
-                        at("pipelineId"),
-                        "must not be empty",
-                    ));
-                }
-                if m.stage_id.trim().is_empty() {
-                    issues.push(crate::validation::ValidationIssue::new(
-                        at("stageId"),
-                        "must not be empty",
-                    ));
-                }
-                if !["open", "won", "lost"].contains(&m.status.as_str()) {
-                    issues.push(crate::validation::ValidationIssue::new(
-                        at("status"),
-                        "must be one of `open`, `won`, `lost`",
-                    ));
-                }
-            }
-            if !issues.is_empty() {
-                return Err(config_issue(issues));
-            }
+            let parsed: MappingsConfig = MAPPINGS_CONFIG
+                .parse(&Value::Object(map))
+                .map_err(config_issue)?;
             let value = serde_json::to_value(&parsed.mappings)
                 .map_err(|e| IntegrationError::Internal(e.to_string()))?;
             save_setting(db, row, MAPPINGS_SETTING, value).await?;

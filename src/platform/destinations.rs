@@ -46,6 +46,16 @@ pub struct NewDestination {
     pub webhook_url: Option<String>,
 }
 
+/// [`check_endpoint_url`]'s rule as a pattern, for the description: an `https://` URL with a
+/// host name (a label with a letter last) and an optional port, or `http://` to a loopback host.
+/// Every URL it admits passes the check (a unit test holds the two together).
+pub const ENDPOINT_URL_PATTERN: &str = concat!(
+    r"^(https://([A-Za-z0-9-]+\.)*[A-Za-z0-9-]*[A-Za-z][A-Za-z0-9-]*",
+    r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    r"([/?#]\S*)?",
+    r"|http://(localhost|127\.0\.0\.1|\[::1\]|::1)([:/]\S*)?)$"
+);
+
 /// The spec's rule for webhook URLs: `https://`, or plain `http://` to a loopback host.
 pub fn check_endpoint_url(url: &str) -> Result<(), String> {
     const RULE: &str = "must start with https://, or with http:// followed by localhost, \
@@ -358,4 +368,45 @@ pub async fn disable(
     };
     let resources = vec![ResourceRef::new("destination", destination.id.clone())];
     Change::commit(txn, ctx, destination, resources, json!({})).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every URL the description's pattern admits passes the server's check.
+    #[test]
+    fn the_pattern_admits_only_urls_the_check_takes() {
+        let pattern = jsonschema::validator_for(
+            &serde_json::json!({"type": "string", "pattern": ENDPOINT_URL_PATTERN}),
+        )
+        .expect("pattern compiles");
+        let samples = [
+            "https://crm.example.com/hooks/x?a=1",
+            "https://a-b.io:8443",
+            "https://localhost",
+            "https://999.1.1.1",
+            "https://x:99999",
+            "https://",
+            "http://localhost:8080/hook",
+            "http://127.0.0.1",
+            "http://[::1]:9/x",
+            "http://localhost.evil.com",
+            "http://example.com",
+            "00",
+            "https://ex ample.com",
+        ];
+        for url in samples {
+            let admitted = pattern.is_valid(&serde_json::json!(url));
+            if admitted {
+                assert!(
+                    check_endpoint_url(url).is_ok(),
+                    "{url} admitted but refused"
+                );
+            }
+        }
+        assert!(pattern.is_valid(&serde_json::json!("https://crm.example.com/hooks/x")));
+        assert!(pattern.is_valid(&serde_json::json!("http://127.0.0.1:9000/hook")));
+        assert!(!pattern.is_valid(&serde_json::json!("http://example.com")));
+    }
 }

@@ -1,5 +1,5 @@
-//! Run lists (agent runs, automation runs): newest first, a page of `limit`, and an opaque
-//! cursor holding the last item's time and id.
+//! Run lists (agent runs, automation runs): newest first, a page of `limit`, and a cursor
+//! holding the last item's time and id.
 
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -20,19 +20,38 @@ pub struct PageRequest<S> {
     pub after: Option<(DateTime<Utc>, String)>,
 }
 
-/// What a cursor is made of (unpadded URL-safe base64), with the blanks a caller may leave
-/// around it.
-pub const CURSOR_PATTERN: &str = r"^\s*[A-Za-z0-9_-]*\s*$";
+/// A cursor: the last item's time in microseconds since 1970 and its id, `<micros>.<id>`. Any
+/// text of this form is a position (an item at that time and id), so every cursor the
+/// description admits is one the server takes.
+pub const CURSOR_PATTERN: &str = r"^[0-9]{1,18}\.[0-9A-Za-z_-]{1,64}$";
 
 /// The cursor of an item at `at` with `id`.
 pub fn encode_cursor(at: &DateTime<Utc>, id: &str) -> String {
-    let raw = format!("{}|{id}", at.timestamp_micros());
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    format!("{}.{id}", at.timestamp_micros())
 }
 
 fn decode_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
+    let text = cursor.trim();
+    let (micros, id) = match text.split_once('.') {
+        Some(parts) => parts,
+        None => return decode_earlier_cursor(text),
+    };
+    let valid_id = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_id || micros.is_empty() || micros.len() > 18 {
+        return None;
+    }
+    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+    Some((at, id.to_string()))
+}
+
+/// Cursors handed out before the readable form (unpadded URL-safe base64 of `micros|id`).
+fn decode_earlier_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor.trim())
+        .decode(cursor)
         .ok()?;
     let text = String::from_utf8(bytes).ok()?;
     let (micros, id) = text.split_once('|')?;

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     engine::config::{compile_signal, under},
-    validation::{Issues, PathSegment},
+    validation::Issues,
 };
 use entity::signal;
 
@@ -36,34 +36,10 @@ fn validate(body: &NewSignal) -> PlatformResult<()> {
     if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
-    match compile_signal("EVENT_MATCH", &body.definition) {
-        Err(found) => issues.0.extend(under(&["definition"], found)),
-        Ok(_) => condition_values(&body.definition, &mut issues),
+    if let Err(found) = compile_signal("EVENT_MATCH", &body.definition) {
+        issues.0.extend(under(&["definition"], found));
     }
     issues.into_result().map_err(Into::into)
-}
-
-/// A condition compares with `value` except `exists`, which has none: a rule across two
-/// fields, said in the description and checked here.
-fn condition_values(definition: &Value, issues: &mut Issues) {
-    let conditions = definition
-        .get("propertyConditions")
-        .and_then(Value::as_array);
-    for (i, c) in conditions.into_iter().flatten().enumerate() {
-        let path: Vec<PathSegment> = vec![
-            "definition".into(),
-            "propertyConditions".into(),
-            i.into(),
-            "value".into(),
-        ];
-        let exists = c.get("operator").and_then(Value::as_str) == Some("exists");
-        let has_value = c.get("value").is_some_and(|v| !v.is_null());
-        if exists && has_value {
-            issues.push(path, "must be omitted for the `exists` operator");
-        } else if !exists && !has_value {
-            issues.push(path, "is required for this operator");
-        }
-    }
 }
 
 /// Lists the organization's signals, newest first; archived ones only when asked.

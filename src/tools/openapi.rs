@@ -40,23 +40,54 @@ pub fn components() -> Vec<(String, Value)> {
         .collect()
 }
 
-/// Adds the tool schemas to a generated description and lists the tool names in the call
-/// request's `tool` property.
+/// Adds the tool schemas to a generated description and describes the call request as one
+/// shape per tool (`oneOf` with a discriminator on `tool`), each with that tool's `input`.
 pub fn extend_description(doc: &mut Value) {
-    let names: Vec<Value> = registry::names().into_iter().map(Value::from).collect();
-    if let Some(tool) = doc.pointer_mut("/components/schemas/ToolCallRequest/properties/tool") {
-        if let Some(obj) = tool.as_object_mut() {
-            obj.insert("enum".into(), Value::Array(names));
-        }
-    }
-    if let Some(schemas) = doc
+    let Some(schemas) = doc
         .pointer_mut("/components/schemas")
         .and_then(Value::as_object_mut)
-    {
-        for (name, schema) in components() {
-            schemas.insert(name, schema);
-        }
+    else {
+        return;
+    };
+    let mut members = Vec::new();
+    let mut mapping = Map::new();
+    for (r, (name, schema)) in registry::all().iter().zip(components()) {
+        let needs_input = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty());
+        let call = name.replace("Input", "Call");
+        let reference = format!("#/components/schemas/{call}");
+        let required: Vec<&str> = if needs_input {
+            vec!["tool", "input"]
+        } else {
+            vec!["tool"]
+        };
+        schemas.insert(
+            call.clone(),
+            json!({
+                "type": "object",
+                "description": format!("A call of `{}`.", r.tool.name),
+                "properties": {
+                    "tool": {"type": "string", "enum": [r.tool.name]},
+                    "input": {"$ref": format!("#/components/schemas/{name}")},
+                },
+                "required": required,
+                "additionalProperties": false,
+            }),
+        );
+        schemas.insert(name, schema);
+        mapping.insert(r.tool.name.to_string(), Value::from(reference.clone()));
+        members.push(json!({"$ref": reference}));
     }
+    schemas.insert(
+        "ToolCallRequest".into(),
+        json!({
+            "description": "A tool call, by `tool` (`GET /api/tools` lists the tools with their input schemas); `input` defaults to `{}`.",
+            "oneOf": members,
+            "discriminator": {"propertyName": "tool", "mapping": mapping},
+        }),
+    );
 }
 
 /// Rewrites a draft 2020-12 schema (without `$ref`s) as an OpenAPI 3.0 schema object.

@@ -149,7 +149,11 @@ async fn login_integrations_and_platform_commands() {
     )
     .await;
     assert_ne!(r.code, 0);
-    assert!(r.stderr.contains("region, projectId"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`region` is required") && r.stderr.contains("`projectId` is required"),
+        "{}",
+        r.stderr
+    );
     let r = run(
         home,
         base,

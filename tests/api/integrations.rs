@@ -270,10 +270,11 @@ db_test!(auth_and_malformed_requests, |app: TestApp| async move {
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.body["error"]
-        .as_str()
-        .unwrap()
-        .contains("region, projectId"));
+    let error = r.body["error"].as_str().unwrap();
+    assert!(
+        error.contains("`region` is required") && error.contains("`projectId` is required"),
+        "{error}"
+    );
     snap!("connect_missing_fields", scrub(&r.body, &app.base));
     let r = app
         .post(

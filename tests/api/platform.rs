@@ -880,7 +880,7 @@ db_test!(
                 "/api/automations",
                 "/api/automations".to_string(),
                 Some(
-                    json!({"name": "n", "triggerType": "SCHEDULE", "triggerJson": {}, "matchMode": "ANY"}),
+                    json!({"name": "n", "triggerType": "SCHEDULE", "triggerJson": {"every": "1d"}, "matchMode": "ANY"}),
                 ),
             ),
         ];
@@ -1165,6 +1165,48 @@ db_test!(
             snap!("tool_nul_refused_postgres", r.body);
         } else {
             assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        }
+    }
+);
+
+// A method a route does not have answers 405 with the `Allow` header RFC 9110 requires,
+// listing the route's methods.
+db_test!(
+    method_not_allowed_lists_the_allowed_methods,
+    |app: TestApp| async move {
+        let cases = [
+            ("/api/agents", "GET, HEAD"),
+            ("/api/automations", "GET, POST, HEAD"),
+            (
+                "/api/destinations/0b7e3f8e-7d1c-4c52-9d0e-1f2a3b4c5d6e",
+                "GET, PATCH, HEAD",
+            ),
+            ("/healthz", "GET, HEAD"),
+        ];
+        for (path, allowed) in cases {
+            let r = app
+                .client
+                .request(
+                    Method::from_bytes(b"TRACE").unwrap(),
+                    format!("{}{path}", app.base),
+                )
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
+            let allow = r
+                .headers()
+                .get("allow")
+                .map(|v| v.to_str().unwrap_or_default().to_string());
+            let mut got: Vec<String> = allow
+                .unwrap_or_default()
+                .split(", ")
+                .map(str::to_string)
+                .collect();
+            got.sort();
+            let mut want: Vec<String> = allowed.split(", ").map(str::to_string).collect();
+            want.sort();
+            assert_eq!(got, want, "{path}");
         }
     }
 );

@@ -56,12 +56,33 @@ fn resolve(doc: &Value, schema: &Value, body: &Value) -> Value {
             let target = schema["discriminator"]["mapping"][value].clone();
             return resolve(doc, &json!({"$ref": target}), body);
         }
-        return resolve(doc, &members[0], body);
+        return resolve(doc, &alternative(doc, members, body), body);
+    }
+    if let Some(members) = schema["anyOf"].as_array() {
+        return resolve(doc, &alternative(doc, members, body), body);
     }
     if let Some([only]) = schema["allOf"].as_array().map(Vec::as_slice) {
         return resolve(doc, only, body);
     }
     schema.clone()
+}
+
+/// Of alternative shapes, the one the body is: all of its required keys present, the most of
+/// them.
+fn alternative(doc: &Value, members: &[Value], body: &Value) -> Value {
+    let required = |m: &Value| -> Option<usize> {
+        let m = resolve(doc, m, body);
+        let keys = m["required"].as_array().cloned().unwrap_or_default();
+        keys.iter()
+            .all(|k| body.get(k.as_str().unwrap_or_default()).is_some())
+            .then_some(keys.len())
+    };
+    members
+        .iter()
+        .filter_map(|m| required(m).map(|n| (n, m)))
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, m)| m.clone())
+        .unwrap_or_else(|| members[0].clone())
 }
 
 /// One body that breaks one rule, and the path the 400 must name.

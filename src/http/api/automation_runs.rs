@@ -16,8 +16,6 @@ use crate::{
     http::envelope::{ActionResponse, ResourceRef},
     http::request::JsonBody,
     http::types::{ts_opt, Nullable, Timestamp},
-    platform::PlatformError,
-    validation::ValidationIssue,
 };
 use entity::notification_delivery::DeliveryStatus;
 
@@ -239,17 +237,36 @@ pub struct TestSubject {
     pub key: String,
 }
 
-/// What to test with: an event's id, or a subject. Give exactly one of `eventId` and
-/// `subject`.
+/// A dry run for an event.
 #[derive(Debug, Deserialize, Object)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[oai(rename_all = "camelCase")]
-pub struct AutomationTestRequest {
-    /// The id of an event of the `events` view.
+pub struct AutomationTestByEvent {
+    /// The id of an event of the `events` view, applied or not.
     #[oai(validator(min_length = 1))]
-    pub event_id: Option<String>,
-    pub subject: Option<TestSubject>,
+    pub event_id: String,
 }
+
+/// A dry run for a subject, as of now.
+#[derive(Debug, Deserialize, Object)]
+#[serde(deny_unknown_fields)]
+pub struct AutomationTestBySubject {
+    pub subject: TestSubject,
+}
+
+/// What to test with: an event's id, or a subject (not both).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum AutomationTestRequest {
+    ByEvent(AutomationTestByEvent),
+    BySubject(AutomationTestBySubject),
+}
+
+crate::alternative_body!(
+    AutomationTestRequest,
+    "What to test with: an event's id, or a subject (not both).",
+    [AutomationTestByEvent, AutomationTestBySubject]
+);
 
 fn resources(run: &AutomationRun) -> Vec<ResourceRef> {
     vec![ResourceRef::new("automation_run", run.id.clone())]
@@ -352,23 +369,17 @@ impl AutomationRunsApi {
         body: JsonBody<AutomationTestRequest>,
     ) -> ActionResponse<AutomationTestData> {
         let auth = caller!(self.state, key, AutomationTestData);
-        let input = match (body.0.event_id, body.0.subject) {
-            (Some(event), None) => Ok(TestInput::Event(event)),
-            (None, Some(s)) => Ok(TestInput::Subject {
-                grain: match s.grain {
+        let input = match body.0 {
+            AutomationTestRequest::ByEvent(b) => TestInput::Event(b.event_id),
+            AutomationTestRequest::BySubject(b) => TestInput::Subject {
+                grain: match b.subject.grain {
                     TestSubjectGrain::User => "user".into(),
                     TestSubjectGrain::Customer => "customer".into(),
                 },
-                key: s.key,
-            }),
-            _ => Err(PlatformError::Validation(vec![ValidationIssue::root(
-                "give exactly one of eventId or subject",
-            )])),
+                key: b.subject.key,
+            },
         };
-        let outcome = match input {
-            Ok(input) => history::test(&self.state, &auth.organization_id, &id, input).await,
-            Err(e) => Err(e),
-        };
+        let outcome = history::test(&self.state, &auth.organization_id, &id, input).await;
         reply(outcome.map(|o| {
             let run = AutomationRun::from(o.run);
             let touched = resources(&run);

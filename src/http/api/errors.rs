@@ -65,11 +65,14 @@ pub fn error_envelope<T: CommandData>(
     })
 }
 
-/// The `error` text of a 400 that lists validation issues: the issue, or how many there are.
+/// The `error` text of a 400 that lists validation issues: up to three of them, or how many
+/// there are.
 pub fn invalid_request_message(issues: &[ValidationIssue]) -> String {
-    match issues.first() {
-        Some(first) if issues.len() == 1 => format!("invalid request: {}", first.message),
-        _ => format!("invalid request: {} problems", issues.len()),
+    if (1..=3).contains(&issues.len()) {
+        let listed: Vec<&str> = issues.iter().map(|i| i.message.as_str()).collect();
+        format!("invalid request: {}", listed.join("; "))
+    } else {
+        format!("invalid request: {} problems", issues.len())
     }
 }
 

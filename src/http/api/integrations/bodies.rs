@@ -317,7 +317,7 @@ pub(super) fn setup_result(o: setup::SetupOutcome) -> SetupStepResult {
                 .map(|m| StageMapping {
                     pipeline_id: m.pipeline_id,
                     stage_id: m.stage_id,
-                    status: m.status,
+                    status: m.status.as_str().to_string(),
                 })
                 .collect()
         }),
