@@ -14,5 +14,6 @@ pub mod mcp;
 pub mod metrics;
 pub mod request;
 pub mod server;
+pub mod tracker_script;
 pub mod typed_json;
 pub mod types;

@@ -158,6 +158,7 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
             ("/readyz", &["GET"]),
             ("/metrics", &["GET"]),
             ("/connect/:session_id", &["GET", "POST"]),
+            ("/sdk/v1/custintel.js", &["GET"]),
         ],
     );
     let yaml = serde_yaml::to_string(&doc).unwrap_or_default();
@@ -186,6 +187,10 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
         .at("/metrics", metrics)
         .at("/connect/:session_id", connect_page)
         .at("/mcp", mcp)
+        .at(
+            "/sdk/v1/custintel.js",
+            get(crate::http::tracker_script::script),
+        )
         .catch_all_error(json_error)
         .around(move |ep, req| crate::http::allow::middleware(ep, req, allowed.clone()))
         .around(crate::http::metrics::middleware)

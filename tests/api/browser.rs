@@ -20,7 +20,7 @@ use crate::helpers::TestApp;
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// One Chromium session behind its own chromedriver.
-struct Browser {
+pub(crate) struct Browser {
     driver: std::process::Child,
     url: String,
     client: reqwest::Client,
@@ -30,7 +30,7 @@ struct Browser {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session, or `None` when they are not
     /// installed and the run does not require them.
-    async fn start() -> Option<Browser> {
+    pub(crate) async fn start() -> Option<Browser> {
         let installed = ["/usr/bin/chromedriver", "/usr/bin/chromium"]
             .iter()
             .all(|p| std::path::Path::new(p).exists());
@@ -108,7 +108,7 @@ impl Browser {
         Some(browser)
     }
 
-    async fn command(&self, method: &str, path: &str, body: Value) -> Value {
+    pub(crate) async fn command(&self, method: &str, path: &str, body: Value) -> Value {
         let url = format!("{}{path}", self.url);
         let req = match method {
             "GET" => self.client.get(url),
@@ -129,11 +129,11 @@ impl Browser {
         r["value"].clone()
     }
 
-    async fn goto(&self, url: &str) {
+    pub(crate) async fn goto(&self, url: &str) {
         self.command("POST", "/url", json!({ "url": url })).await;
     }
 
-    async fn find(&self, css: &str) -> String {
+    pub(crate) async fn find(&self, css: &str) -> String {
         let v = self
             .command(
                 "POST",
@@ -147,7 +147,7 @@ impl Browser {
             .to_string()
     }
 
-    async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         let el = self.find(css).await;
         self.command("POST", &format!("/element/{el}/clear"), json!({}))
             .await;
@@ -159,14 +159,14 @@ impl Browser {
         .await;
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         let el = self.find(css).await;
         self.command("POST", &format!("/element/{el}/click"), json!({}))
             .await;
     }
 
     /// Runs `script` in the page; it ends by calling its last argument with the result.
-    async fn run_async(&self, script: &str, args: Value) -> Value {
+    pub(crate) async fn run_async(&self, script: &str, args: Value) -> Value {
         self.command(
             "POST",
             "/execute/async",
@@ -177,7 +177,7 @@ impl Browser {
 
     /// Clicks `css` and waits until the page that follows shows `expected` (a form post's
     /// answer may still be loading when the click returns).
-    async fn submit(&self, css: &str, expected: &str) {
+    pub(crate) async fn submit(&self, css: &str, expected: &str) {
         self.click(css).await;
         let probe = format!("document.querySelector({}) !== null", json!(expected));
         for _ in 0..150 {
@@ -189,7 +189,7 @@ impl Browser {
         panic!("`{expected}` did not appear after clicking `{css}`");
     }
 
-    async fn eval(&self, expression: &str) -> Value {
+    pub(crate) async fn eval(&self, expression: &str) -> Value {
         self.command(
             "POST",
             "/execute/sync",
@@ -199,7 +199,7 @@ impl Browser {
     }
 
     /// Ends the session (Chromium exits) before chromedriver is stopped on drop.
-    async fn quit(self) {
+    pub(crate) async fn quit(self) {
         let _ = self.client.delete(&self.url).send().await;
     }
 }

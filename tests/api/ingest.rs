@@ -462,7 +462,7 @@ db_test!(rate_limit_headers_and_429, |app: TestApp| async move {
             api_call_limit: None,
             connection_limit: None,
             ingest_rate_limit: Some(3),
-            tracking_domains: vec![],
+            tracking_domains: vec!["localhost".into()],
         },
     )
     .await
@@ -495,6 +495,24 @@ db_test!(rate_limit_headers_and_429, |app: TestApp| async move {
         .unwrap();
     assert!(retry >= 1);
     snap!("ingest_rate_limited", last.body);
+    // A page of an enabled domain may read the 429 and its `Retry-After` (CORS headers on it).
+    let r = app
+        .client
+        .post(format!("{}/api/i/v1/{}/events", app.base, org.public_key))
+        .header("origin", "http://localhost:3000")
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://localhost:3000"
+    );
+    let exposed = r.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap();
+    assert!(exposed.contains("Retry-After"), "{exposed}");
     // Errors carry the headers too.
     let r = app.ingest("pk_unknown", batch.clone()).await;
     assert!(r.headers.contains_key("x-ratelimit-limit"));

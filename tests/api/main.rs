@@ -26,5 +26,6 @@ mod platform;
 mod query_plans;
 mod search_query;
 mod tools;
+mod tracker;
 mod typed_bodies;
 mod write_load;

@@ -317,16 +317,22 @@ impl IngestApi {
     ) -> Result<ingest::IngestOutcome, IngestError> {
         let received_at = Utc::now();
         let tracking = self.ingest.lookup(public_key).await?;
+        // No `Origin`: a server-side caller, allowed. A browser origin must be enabled; an
+        // enabled one may read every answer, a 429 and its `Retry-After` included.
+        let origin = header_str(req, header::ORIGIN);
+        let origin_ok = match (origin, tracking.as_deref()) {
+            (Some(origin), Some(t)) => ingest::origin_allowed(t, origin),
+            _ => true,
+        };
+        if let (Some(origin), true, Some(_)) = (origin, origin_ok, tracking.as_deref()) {
+            headers.extend(cors_headers(origin));
+            headers.push((header::VARY, value("Origin")));
+        }
         let rate = self.ingest.check_rate(tracking.as_deref())?;
         headers.extend(rate_headers(&rate));
         let tracking = tracking.ok_or_else(unknown_key)?;
-        // No `Origin`: a server-side caller, allowed. A browser origin must be enabled.
-        if let Some(origin) = header_str(req, header::ORIGIN) {
-            if !ingest::origin_allowed(&tracking, origin) {
-                return Err(origin_refused(origin));
-            }
-            headers.extend(cors_headers(origin));
-            headers.push((header::VARY, value("Origin")));
+        if let (Some(origin), false) = (origin, origin_ok) {
+            return Err(origin_refused(origin));
         }
         ingest_body::check_content_type(header_str(req, header::CONTENT_TYPE))?;
         let encoding = ingest_body::encoding(header_str(req, header::CONTENT_ENCODING))?;
