@@ -140,6 +140,30 @@ fn tracked_page(
     ))
 }
 
+/// The README's snippet as a user pastes it: the stub, a call before the script loads, and the
+/// `data-key` tag (the API host is the script's origin).
+#[handler]
+fn snippet_page(
+    Query(q): Query<HashMap<String, String>>,
+    script: Data<&ScriptUrl>,
+) -> Html<String> {
+    let readme = include_str!("../../README.md");
+    let stub = readme
+        .split("<script>\nwindow.custintel")
+        .nth(1)
+        .and_then(|rest| rest.split("</script>").next())
+        .map(|body| format!("window.custintel{body}"))
+        .expect("the README shows the stub");
+    Html(format!(
+        r#"<!doctype html><html><head><title>Snippet</title>
+<script>{stub}
+custintel.track('before load', {{early: true}});</script>
+<script src="{script}" data-key="{key}" async></script></head><body><p>Snippet</p></body></html>"#,
+        script = script.0 .0,
+        key = q.get("key").cloned().unwrap_or_default(),
+    ))
+}
+
 #[handler]
 fn untracked() -> Html<&'static str> {
     Html("<!doctype html><html><head><title>Away</title></head><body><p id=away>Away</p></body></html>")
@@ -164,6 +188,7 @@ async fn serve(app: &TestApp, state: ProxyState) -> (u16, u16) {
     let script = ScriptUrl(format!("{}/sdk/v1/custintel.js", app.base));
     let site_app = poem::Route::new()
         .at("/p", get(tracked_page))
+        .at("/snippet", get(snippet_page))
         .at("/away", get(untracked))
         .at("/thanks", get(untracked).post(untracked))
         .data(script)
@@ -290,6 +315,23 @@ db_test!(the_tracker_in_a_browser, |app: TestApp| async move {
         .expect("customer")
         .expect("the group's customer");
     assert_eq!(customer.external_id.as_deref(), Some("acct_two"));
+
+    // The README's snippet, pasted into a page: it starts by itself and replays the call made
+    // before it loaded.
+    let org = app.org("Tracked Snippet").await;
+    browser
+        .goto(&format!(
+            "http://localhost:{site}/snippet?key={}",
+            org.public_key
+        ))
+        .await;
+    let rows = events_until(&app, &org.organization_id, |r| {
+        named(r, "before load").len() == 1 && r.iter().any(|e| e.event_type == "pageview")
+    })
+    .await;
+    once_each(&rows);
+    assert_eq!(named(&rows, "before load").len(), 1, "{rows:?}");
+    assert!(rows.iter().any(|e| e.event_type == "pageview"), "{rows:?}");
 
     // The service answers 503 three times, then 200: retried with the same messageIds, each
     // event stored once.
