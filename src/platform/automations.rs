@@ -407,17 +407,14 @@ pub async fn create(
         issues.length(&["key"], key, 1, 120);
     }
     let txn = crate::db::begin_write(db).await?;
+    // Ids that name nothing in the organization: 404, like an unknown id in a path (once the
+    // body itself is valid).
+    let mut unknown = Vec::new();
     for i in missing_ids(&txn, &org, &body.signal_ids, "signal").await? {
-        issues.push(
-            vec!["signalIds".into(), PathSegment::from(i)],
-            "no such signal in this organization",
-        );
+        unknown.push(format!("signal `{}`", body.signal_ids[i]));
     }
     for i in missing_ids(&txn, &org, &body.destination_ids, "destination").await? {
-        issues.push(
-            vec!["destinationIds".into(), PathSegment::from(i)],
-            "no such destination in this organization",
-        );
+        unknown.push(format!("destination `{}`", body.destination_ids[i]));
     }
     let active_signals = active_signal_count(&txn, &org, &body.signal_ids).await?;
     let trigger_value = Value::Object(body.trigger_json.clone().into_iter().collect());
@@ -442,10 +439,16 @@ pub async fn create(
     let agent_id = body.agent_id.value();
     if let Some(agent) = &agent_id {
         if super::agents::get(&txn, &org, agent).await.is_err() {
-            issues.push(vec!["agentId".into()], "no such agent in this organization");
+            unknown.push(format!("agent `{agent}`"));
         }
     }
     issues.into_result()?;
+    if !unknown.is_empty() {
+        return Err(PlatformError::NotFound(format!(
+            "no such {} in this organization",
+            unknown.join(", ")
+        )));
+    }
 
     let existing: Vec<String> = automation::Entity::find()
         .select_only()

@@ -277,16 +277,17 @@ pub async fn update(
 
     let txn = crate::db::begin_write(db).await?;
     let current = get(&txn, ctx.org(), id).await?;
+    // A valid body for a destination of another type: the resource's state, not the body, is
+    // what does not fit.
     if current.kind != "WEBHOOK_ENDPOINT" {
-        return Err(PlatformError::Validation(vec![
-            crate::validation::ValidationIssue::at(
-                "type",
-                format!(
-                    "this destination is a {}, not a WEBHOOK_ENDPOINT",
-                    current.kind
-                ),
+        return Err(PlatformError::Conflict {
+            message: format!(
+                "this destination is a {}, not a WEBHOOK_ENDPOINT: only webhook endpoints are \
+                 changed through this route",
+                current.kind
             ),
-        ]));
+            unmet: vec![],
+        });
     }
     // Enabling and disabling stay platform actions; anything else belongs to the file.
     let changes_content =

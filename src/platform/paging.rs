@@ -23,7 +23,7 @@ pub struct PageRequest<S> {
 /// A cursor: the last item's time in microseconds since 1970 and its id, `<micros>.<id>`. Any
 /// text of this form is a position (an item at that time and id), so every cursor the
 /// description admits is one the server takes.
-pub const CURSOR_PATTERN: &str = r"^[0-9]{1,18}\.[0-9A-Za-z_-]{1,64}$";
+pub const CURSOR_PATTERN: &str = r"^([0-9]{1,18}\.[0-9A-Za-z_-]{1,64})?$";
 
 /// The cursor of an item at `at` with `id`.
 pub fn encode_cursor(at: &DateTime<Utc>, id: &str) -> String {
@@ -31,7 +31,7 @@ pub fn encode_cursor(at: &DateTime<Utc>, id: &str) -> String {
 }
 
 fn decode_cursor(cursor: &str) -> Option<(DateTime<Utc>, String)> {
-    let text = cursor.trim();
+    let text = cursor;
     let (micros, id) = match text.split_once('.') {
         Some(parts) => parts,
         None => return decode_earlier_cursor(text),
@@ -69,7 +69,7 @@ pub fn page_request<S: StatusEnum>(
     let mut issues = crate::validation::Issues::default();
     let status = match status {
         Some(sent) => {
-            let parsed = S::parse(&sent.trim().to_ascii_uppercase());
+            let parsed = S::parse(sent);
             if parsed.is_none() {
                 issues.push(
                     vec!["status".into()],
@@ -87,7 +87,7 @@ pub fn page_request<S: StatusEnum>(
             format!("must be between 1 and {MAX_LIMIT}"),
         );
     }
-    let after = match cursor.filter(|c| !c.trim().is_empty()) {
+    let after = match cursor.filter(|c| !c.is_empty()) {
         Some(c) => {
             let position = decode_cursor(c);
             if position.is_none() {

@@ -402,7 +402,7 @@ db_test!(matching_dedupe_and_run_routes, |app: TestApp| async move {
     let filtered = app
         .get(
             RUNS,
-            &format!("/api/automations/{auto}/runs?status=failed&limit=5"),
+            &format!("/api/automations/{auto}/runs?status=FAILED&limit=5"),
             &o.key,
         )
         .await;

@@ -571,8 +571,13 @@ db_test!(automation_create, |app: TestApp| async move {
         "name": "Bad", "triggerType": "SIGNAL_OCCURRENCE", "triggerJson": {}, "matchMode": "ANY",
         "signalIds": ["00000000-0000-4000-8000-000000000000"], "destinationIds": [],
     }))).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(issue_paths(&r.body), vec![json!(["signalIds", 0])]);
+    // An id that names nothing in the organization: 404, as in a path.
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "not_found");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("00000000-0000-4000-8000-000000000000"));
     let r = app
         .post(
             "/api/automations",
@@ -657,6 +662,21 @@ db_test!(destinations_crud_and_url_rule, |app: TestApp| async move {
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body["result"]["data"].get("signingSecret").is_none());
     assert_eq!(r.body["result"]["data"]["destination"]["provider"], "SLACK");
+    // A valid change for a webhook, sent to a Slack channel: its state conflicts, 409.
+    let slack = r.body["result"]["data"]["destination"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = app
+        .patch(
+            "/api/destinations/{id}",
+            &format!("/api/destinations/{slack}"),
+            key,
+            json!({"type": "WEBHOOK_ENDPOINT", "name": "renamed"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "conflict");
 
     let accepted = [
         "https://example.com",
@@ -1099,7 +1119,7 @@ db_test!(organizations_are_isolated, |app: TestApp| async move {
         "name": "x", "triggerType": "SIGNAL_OCCURRENCE", "triggerJson": {}, "matchMode": "ANY",
         "signalIds": [a_sig], "destinationIds": [a_dest],
     }))).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
     // A's data is unchanged.
     let r = app
         .get(

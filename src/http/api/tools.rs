@@ -14,6 +14,13 @@ use crate::{
     tools::{self, registry, ToolContext},
 };
 
+/// `input` when sent: an object (`null` is refused; leave it out for `{}`).
+fn present_object<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, Value>>, D::Error> {
+    serde::Deserialize::deserialize(deserializer).map(Some)
+}
+
 /// A tool call.
 #[derive(Debug, Object, serde::Deserialize)]
 #[oai(rename_all = "camelCase")]
@@ -22,7 +29,7 @@ pub struct ToolCallRequest {
     /// The tool to run (`GET /api/tools` lists them with their input schemas).
     pub tool: String,
     /// The tool's input, validated against its input schema (default `{}`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present_object")]
     pub input: Option<BTreeMap<String, Value>>,
 }
 

@@ -251,8 +251,9 @@ async fn runs(
     out: OutputArgs,
 ) -> Result<(), CliError> {
     let mut query = Vec::new();
+    // The API takes statuses in upper case; people type either.
     if let Some(s) = status {
-        query.push(("status", s));
+        query.push(("status", s.trim().to_ascii_uppercase()));
     }
     if let Some(l) = page.limit {
         query.push(("limit", l.to_string()));
