@@ -174,13 +174,8 @@ fn read_signal_trigger(
                 "required when matchMode is AT_LEAST",
             )])
         }
-        (_, Some(_)) => {
-            return Err(vec![issue(
-                &["atLeast"],
-                "only used when matchMode is AT_LEAST",
-            )])
-        }
-        ("ALL", None) => Combine::All,
+        // `atLeast` means nothing to the other modes: left unread.
+        ("ALL", _) => Combine::All,
         _ => Combine::Any,
     };
     Ok(SignalTrigger {

@@ -178,8 +178,9 @@ pub struct SignalOccurrenceTrigger {
     /// count, `<n>h|d|w` (default `7d`).
     #[schemars(regex(pattern = SPAN_PATTERN))]
     pub window: Option<String>,
-    /// Required when `matchMode` is `AT_LEAST`, and only then: how many distinct linked active
-    /// signals must have occurred, from 1 to their number.
+    /// Required when `matchMode` is `AT_LEAST` (and unread otherwise): how many distinct linked
+    /// active signals must have occurred, from 1 to their number when the automation is
+    /// enabled.
     #[schemars(range(min = 1))]
     pub at_least: Option<u32>,
     /// A subject starts at most one run per automation per UTC calendar hour, day or ISO week;

@@ -590,6 +590,34 @@ db_test!(automation_create, |app: TestApp| async move {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(issue_paths(&r.body), vec![json!(["triggerType"])]);
+    // `atLeast` beyond the linked active signals: a requirement of enabling (409), not of the
+    // body.
+    let r = app.post("/api/automations", "/api/automations", key, Some(json!({
+        "name": "Three of one", "triggerType": "SIGNAL_OCCURRENCE", "triggerJson": {"atLeast": 3},
+        "matchMode": "AT_LEAST", "signalIds": [sid], "destinationIds": [enabled_dest],
+    }))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let three = r.body["result"]["data"]["automation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = app
+        .post(
+            "/api/automations/{id}/enable",
+            &format!("/api/automations/{three}/enable"),
+            key,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("atLeast"),
+        "{}",
+        r.body
+    );
     let r = app.post("/api/automations", "/api/automations", key, Some(json!({
         "name": "Dup", "key": "upsell-ping", "triggerType": "SCHEDULE", "triggerJson": {"cron": "0 9 * * 1"}, "matchMode": "ALL",
     }))).await;

@@ -110,7 +110,7 @@ macro_rules! automation_create_member {
 automation_create_member!(
     SignalOccurrenceAutomationCreate,
     "A new automation that runs when its linked signals occur (by `matchMode`). `atLeast` in \
-     `triggerJson` is required when `matchMode` is `AT_LEAST`, and only then.",
+     `triggerJson` is required when `matchMode` is `AT_LEAST`.",
     SignalOccurrenceTriggerJson
 );
 automation_create_member!(
