@@ -94,6 +94,10 @@ pub enum IntegrationError {
     /// The provider is valid but not connected in this organization.
     #[error("{0}")]
     NotConnected(String),
+    /// The connection exists but a setup step it needs has not run (a Stripe webhook before
+    /// its signing secret is stored).
+    #[error("{0}")]
+    NotSetUp(String),
     #[error("{0}")]
     NotFound(String),
     /// A provider's API failed or could not be reached.

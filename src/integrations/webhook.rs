@@ -123,9 +123,10 @@ pub async fn receive<C: ConnectionTrait>(
         .get(WEBHOOK_SECRET_SETTING)
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            IntegrationError::bad_request(
+            IntegrationError::NotSetUp(
                 "this connection has no webhook signing secret yet: run the `webhooks` setup \
-                 step with {\"webhookSecret\": \"whsec_...\"}",
+                 step with {\"webhookSecret\": \"whsec_...\"}"
+                    .to_string(),
             )
         })?;
     let secret = secrets

@@ -304,6 +304,8 @@ impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for Integra
             IntegrationError::NotConnected(m) | IntegrationError::NotFound(m) => {
                 Self::NotFound(ErrorBody::new(m))
             }
+            // Only the Stripe webhook route meets it (409 there); these routes answer 400.
+            IntegrationError::NotSetUp(m) => Self::BadRequest(bad_request_body(m, vec![])),
             IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
                 Self::Unavailable(ErrorBody::new(m))
             }
@@ -334,8 +336,8 @@ impl From<IntegrationError> for DisconnectResponse {
     }
 }
 
-/// The Stripe webhook: 400 for a bad signature or event, 404 for an unknown connection, 503 when
-/// Stripe could not be asked (Stripe retries).
+/// The Stripe webhook: 400 for a bad signature or event, 404 for an unknown connection, 409
+/// before its signing secret is stored, 503 when Stripe could not be asked (Stripe retries).
 impl From<IntegrationError> for WebhookResponse {
     fn from(err: IntegrationError) -> Self {
         match err {
@@ -345,6 +347,7 @@ impl From<IntegrationError> for WebhookResponse {
             IntegrationError::NotFound(m) | IntegrationError::NotConnected(m) => {
                 Self::NotFound(ErrorBody::new(m))
             }
+            IntegrationError::NotSetUp(m) => Self::NotSetUp(ErrorBody::new(m)),
             IntegrationError::Upstream(m) => Self::Unavailable(ErrorBody::new(m)),
             other => {
                 tracing::error!(error = %other, "Stripe webhook failed");

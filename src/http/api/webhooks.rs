@@ -70,13 +70,16 @@ pub enum WebhookResponse {
     /// Verified and processed.
     #[oai(status = 200)]
     Ok(Json<WebhookReceipt>),
-    /// Missing or invalid `Stripe-Signature` (nothing was changed), no signing secret
-    /// configured, or an event that cannot be read.
+    /// Missing or invalid `Stripe-Signature` (nothing was changed), or an event that cannot be
+    /// read.
     #[oai(status = 400)]
     BadRequest(Json<ErrorBody>),
     /// No Stripe connection with this id.
     #[oai(status = 404)]
     NotFound(Json<ErrorBody>),
+    /// The connection's `webhooks` setup step has not stored a signing secret yet.
+    #[oai(status = 409)]
+    NotSetUp(Json<ErrorBody>),
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
