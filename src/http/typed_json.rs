@@ -168,11 +168,11 @@ pub fn register_alternatives(
     );
 }
 
-/// Describes a serde-untagged enum of poem-openapi objects as `anyOf` its members:
-/// `alternative_body!(AutomationTestRequest, "doc", [AutomationTestByEvent, AutomationTestBySubject])`.
+/// The poem-openapi `Type` of a body made of other objects: described by reference, registered
+/// by `$register` (a closure over the registry) after its members.
 #[macro_export]
-macro_rules! alternative_body {
-    ($ty:ident, $doc:literal, [$($member:ty),+ $(,)?]) => {
+macro_rules! body_of_members {
+    ($ty:ident, [$($member:ty),+], $register:expr) => {
         impl poem_openapi::types::Type for $ty {
             const IS_REQUIRED: bool = true;
             type RawValueType = Self;
@@ -188,8 +188,8 @@ macro_rules! alternative_body {
 
             fn register(registry: &mut poem_openapi::registry::Registry) {
                 $(<$member as poem_openapi::types::Type>::register(registry);)+
-                let members = [$(<$member as poem_openapi::types::Type>::name().into_owned()),+];
-                $crate::http::typed_json::register_alternatives(registry, stringify!($ty), $doc, &members);
+                let register: fn(&mut poem_openapi::registry::Registry) = $register;
+                register(registry);
             }
 
             fn as_raw_value(&self) -> Option<&Self> {
@@ -203,6 +203,18 @@ macro_rules! alternative_body {
     };
 }
 
+/// Describes a serde-untagged enum of poem-openapi objects as `anyOf` its members:
+/// `alternative_body!(AutomationTestRequest, "doc", [AutomationTestByEvent, AutomationTestBySubject])`.
+#[macro_export]
+macro_rules! alternative_body {
+    ($ty:ident, $doc:literal, [$($member:ty),+ $(,)?]) => {
+        $crate::body_of_members!($ty, [$($member),+], |registry| {
+            let members = [$(<$member as poem_openapi::types::Type>::name().into_owned()),+];
+            $crate::http::typed_json::register_alternatives(registry, stringify!($ty), $doc, &members);
+        });
+    };
+}
+
 /// Describes a serde-tagged enum of poem-openapi objects as a discriminated `oneOf`:
 /// `tagged_body!(AutomationCreate, "doc", "triggerType", { "SCHEDULE" => Schedule(ScheduleAutomationCreate), ... })`.
 /// The enum itself (with `#[serde(tag = ...)]`) is declared beside it; parsing is serde's, after
@@ -210,33 +222,10 @@ macro_rules! alternative_body {
 #[macro_export]
 macro_rules! tagged_body {
     ($ty:ident, $doc:literal, $tag:literal, { $($value:literal => $variant:ident($member:ty)),+ $(,)? }) => {
-        impl poem_openapi::types::Type for $ty {
-            const IS_REQUIRED: bool = true;
-            type RawValueType = Self;
-            type RawElementValueType = Self;
-
-            fn name() -> std::borrow::Cow<'static, str> {
-                stringify!($ty).into()
-            }
-
-            fn schema_ref() -> poem_openapi::registry::MetaSchemaRef {
-                poem_openapi::registry::MetaSchemaRef::Reference(stringify!($ty).to_string())
-            }
-
-            fn register(registry: &mut poem_openapi::registry::Registry) {
-                $(<$member as poem_openapi::types::Type>::register(registry);)+
-                let members = [$(($value, <$member as poem_openapi::types::Type>::name().into_owned())),+];
-                $crate::http::typed_json::register_tagged(registry, stringify!($ty), $doc, $tag, &members);
-            }
-
-            fn as_raw_value(&self) -> Option<&Self> {
-                Some(self)
-            }
-
-            fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self> + 'a> {
-                Box::new(std::iter::once(self))
-            }
-        }
+        $crate::body_of_members!($ty, [$($member),+], |registry| {
+            let members = [$(($value, <$member as poem_openapi::types::Type>::name().into_owned())),+];
+            $crate::http::typed_json::register_tagged(registry, stringify!($ty), $doc, $tag, &members);
+        });
     };
 }
 
