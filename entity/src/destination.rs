@@ -12,7 +12,7 @@ pub struct Model {
     pub name: String,
     pub description: Option<String>,
     pub provider: String,
-    pub kind: String,
+    pub kind: DestinationKind,
     pub enabled: bool,
     pub config: Json,
     pub secret_ciphertext: Option<String>,
@@ -32,6 +32,14 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// What a destination is: a signed webhook endpoint or a Slack channel's incoming webhook.
+    pub enum DestinationKind {
+        WebhookEndpoint = "WEBHOOK_ENDPOINT",
+        SlackChannel = "SLACK_CHANNEL",
+    }
+}
 
 status_enum! {
     /// Where a destination stands with its provider.

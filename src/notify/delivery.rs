@@ -12,7 +12,10 @@ use serde_json::{json, Value};
 use super::signing;
 use crate::{crypto::SecretBox, timestamp};
 pub use entity::notification_delivery::DeliveryStatus;
-use entity::{destination, notification_delivery};
+use entity::{
+    destination::{self, DestinationKind},
+    notification_delivery,
+};
 
 /// Pauses between the attempts made during the call.
 pub const INLINE_BACKOFF: [Duration; 3] = [
@@ -135,9 +138,9 @@ pub async fn attempt_once(
             }
         }
     };
-    let request = match dest.kind.as_str() {
-        "SLACK_CHANNEL" => client().post(&secret).json(&slack_body(body)),
-        _ => {
+    let request = match dest.kind {
+        DestinationKind::SlackChannel => client().post(&secret).json(&slack_body(body)),
+        DestinationKind::WebhookEndpoint => {
             let url = dest.config.get("url").and_then(Value::as_str).unwrap_or("");
             let bytes = serde_json::to_vec(body).unwrap_or_default();
             let signed = match signing::sign(&secret, message_id, Utc::now().timestamp(), &bytes) {

@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use chrono::Utc;
 use entity::{
     automation, automation_destination, automation_signal,
-    destination::{self, DestinationSyncStatus},
+    destination::{self, DestinationKind, DestinationSyncStatus},
     signal,
 };
 use sea_orm::{
@@ -277,7 +277,7 @@ struct WantedSignal {
 
 struct WantedDestination {
     key: String,
-    kind: String,
+    kind: DestinationKind,
     name: String,
     description: Option<String>,
     /// `None`: left as it is (a new one is enabled).
@@ -488,8 +488,9 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
         check_key("destinations", i, &spec.key, &mut seen, problems);
         check_texts("destinations", i, &spec.name, &spec.description, problems);
         let at = |field: &str| item_path("destinations", i, field);
-        let target = match spec.kind.as_str() {
-            "WEBHOOK_ENDPOINT" => {
+        let kind = DestinationKind::parse(&spec.kind);
+        let target = match kind {
+            Some(DestinationKind::WebhookEndpoint) => {
                 if spec.webhook_url.is_some() {
                     problems.at(at("webhookUrl"), "only for SLACK_CHANNEL destinations");
                 }
@@ -503,7 +504,7 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
                 }
                 spec.url.clone().unwrap_or_default()
             }
-            "SLACK_CHANNEL" => {
+            Some(DestinationKind::SlackChannel) => {
                 if spec.url.is_some() {
                     problems.at(at("url"), "only for WEBHOOK_ENDPOINT destinations");
                 }
@@ -517,7 +518,7 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
                 }
                 spec.webhook_url.clone().unwrap_or_default()
             }
-            _ => {
+            None => {
                 problems.at(at("type"), "must be WEBHOOK_ENDPOINT or SLACK_CHANNEL");
                 String::new()
             }
@@ -533,9 +534,13 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
                 default_at = Some(i);
             }
         }
+        // A kind that is neither was reported above; the plan is not applied then.
+        let Some(kind) = kind else {
+            continue;
+        };
         wanted.push(WantedDestination {
             key: spec.key,
-            kind: spec.kind,
+            kind,
             name: spec.name,
             description: spec.description,
             enabled: spec.enabled,
@@ -704,9 +709,11 @@ fn signal_matches(w: &WantedSignal, s: &signal::Model) -> bool {
 }
 
 fn destination_matches(w: &WantedDestination, d: &destination::Model, secrets: &SecretBox) -> bool {
-    let target_same = match w.kind.as_str() {
-        "WEBHOOK_ENDPOINT" => d.config.get("url").and_then(Value::as_str) == Some(&w.target),
-        _ => d
+    let target_same = match w.kind {
+        DestinationKind::WebhookEndpoint => {
+            d.config.get("url").and_then(Value::as_str) == Some(&w.target)
+        }
+        DestinationKind::SlackChannel => d
             .secret_ciphertext
             .as_deref()
             .and_then(|c| secrets.decrypt(c).ok())
@@ -1038,8 +1045,8 @@ fn destination_material(
     keep: Option<&destination::Model>,
     secrets: &SecretBox,
 ) -> (&'static str, Value, Option<String>) {
-    if w.kind == "WEBHOOK_ENDPOINT" {
-        if let Some(current) = keep.filter(|d| d.kind == "WEBHOOK_ENDPOINT") {
+    if w.kind == DestinationKind::WebhookEndpoint {
+        if let Some(current) = keep.filter(|d| d.kind == DestinationKind::WebhookEndpoint) {
             if let (Some(cipher), Some(masked)) = (
                 current.secret_ciphertext.clone(),
                 current.config.get("signingSecret").cloned(),
@@ -1072,7 +1079,7 @@ async fn write_destination(
             let (provider, config, secret) = destination_material(w, Some(d), secrets);
             let mut model = d.clone().into_active_model();
             model.managed_by = Set("CODE".into());
-            model.kind = Set(w.kind.clone());
+            model.kind = Set(w.kind);
             model.provider = Set(provider.to_string());
             model.name = Set(w.name.clone());
             model.description = Set(w.description.clone());
@@ -1080,7 +1087,7 @@ async fn write_destination(
                 model.enabled = Set(enabled);
             }
             model.is_default = Set(w.is_default);
-            model.config_hash = Set(dest_domain::hash_of(&w.kind, &config));
+            model.config_hash = Set(dest_domain::hash_of(w.kind.as_str(), &config));
             model.config = Set(config);
             model.secret_ciphertext = Set(secret);
             model.archived_at = Set(None);
@@ -1098,9 +1105,9 @@ async fn write_destination(
                 name: Set(w.name.clone()),
                 description: Set(w.description.clone()),
                 provider: Set(provider.to_string()),
-                kind: Set(w.kind.clone()),
+                kind: Set(w.kind),
                 enabled: Set(w.enabled.unwrap_or(true)),
-                config_hash: Set(dest_domain::hash_of(&w.kind, &config)),
+                config_hash: Set(dest_domain::hash_of(w.kind.as_str(), &config)),
                 config: Set(config),
                 secret_ciphertext: Set(secret),
                 // Webhooks and Slack incoming webhooks have no provider-side object to sync.

@@ -161,7 +161,7 @@ async fn seed(
         name: Set("Bench receiver".into()),
         description: Set(None),
         provider: Set("WEBHOOK".into()),
-        kind: Set("WEBHOOK_ENDPOINT".into()),
+        kind: Set(entity::destination::DestinationKind::WebhookEndpoint),
         enabled: Set(true),
         config: Set(json!({ "url": receiver })),
         secret_ciphertext: Set(Some(secrets.encrypt(&secret))),

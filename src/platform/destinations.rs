@@ -17,13 +17,11 @@ use crate::{
     crypto::{mask, SecretBox},
     validation::Issues,
 };
-use entity::destination::{self, DestinationSyncStatus};
+use entity::destination::{self, DestinationKind, DestinationSyncStatus};
 
 /// Changes to a webhook destination; only sent fields change.
 #[derive(Debug)]
 pub struct DestinationChanges {
-    /// Must be `WEBHOOK_ENDPOINT`.
-    pub kind: String,
     pub name: Option<String>,
     /// `null` clears it.
     pub description: Patch<String>,
@@ -34,8 +32,8 @@ pub struct DestinationChanges {
 /// A new destination: a signed webhook endpoint or a Slack channel (incoming webhook).
 #[derive(Debug)]
 pub struct NewDestination {
-    /// `WEBHOOK_ENDPOINT` (needs `url`) or `SLACK_CHANNEL` (needs `webhook_url`).
-    pub kind: String,
+    /// A webhook endpoint needs `url`, a Slack channel `webhook_url`.
+    pub kind: DestinationKind,
     pub name: String,
     pub description: Patch<String>,
     /// Defaults to true.
@@ -142,8 +140,8 @@ pub async fn create(
     if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
-    let (provider, config, secret, signing_secret) = match body.kind.as_str() {
-        "WEBHOOK_ENDPOINT" => {
+    let (provider, config, secret, signing_secret) = match body.kind {
+        DestinationKind::WebhookEndpoint => {
             if body.webhook_url.is_some() {
                 issues.push(
                     vec!["webhookUrl".into()],
@@ -163,7 +161,7 @@ pub async fn create(
             let config = json!({ "url": url, "signingSecret": mask(&secret, 6) });
             ("WEBHOOK", config, secret.clone(), Some(secret))
         }
-        "SLACK_CHANNEL" => {
+        DestinationKind::SlackChannel => {
             if body.url.is_some() {
                 issues.push(vec!["url".into()], "only for WEBHOOK_ENDPOINT destinations");
             }
@@ -178,13 +176,6 @@ pub async fn create(
             }
             let config = json!({ "webhookUrl": mask(&hook, 24) });
             ("SLACK", config, hook, None)
-        }
-        _ => {
-            issues.push(
-                vec!["type".into()],
-                "must be WEBHOOK_ENDPOINT or SLACK_CHANNEL",
-            );
-            ("", json!({}), String::new(), None)
         }
     };
     issues.into_result()?;
@@ -212,9 +203,9 @@ pub async fn create(
         name: Set(body.name),
         description: Set(body.description.value()),
         provider: Set(provider.to_string()),
-        kind: Set(body.kind.clone()),
+        kind: Set(body.kind),
         enabled: Set(body.enabled.unwrap_or(true)),
-        config_hash: Set(hash_of(&body.kind, &config)),
+        config_hash: Set(hash_of(body.kind.as_str(), &config)),
         config: Set(config),
         secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
         // Webhooks and Slack incoming webhooks have no provider-side object to sync.
@@ -260,9 +251,6 @@ pub async fn update(
 ) -> PlatformResult<Change<destination::Model>> {
     ctx.auth.require_write()?;
     let mut issues = Issues::default();
-    if body.kind != "WEBHOOK_ENDPOINT" {
-        issues.push(vec!["type".into()], "must be WEBHOOK_ENDPOINT");
-    }
     if let Some(name) = &body.name {
         issues.length(&["name"], name, 1, 120);
     }
@@ -280,12 +268,12 @@ pub async fn update(
     let current = get(&txn, ctx.org(), id).await?;
     // A valid body for a destination of another type: the resource's state, not the body, is
     // what does not fit.
-    if current.kind != "WEBHOOK_ENDPOINT" {
+    if current.kind != DestinationKind::WebhookEndpoint {
         return Err(PlatformError::Conflict {
             message: format!(
                 "this destination is a {}, not a WEBHOOK_ENDPOINT: only webhook endpoints are \
                  changed through this route",
-                current.kind
+                current.kind.as_str()
             ),
             unmet: vec![],
         });
@@ -320,7 +308,7 @@ pub async fn update(
     }
     if let Some(url) = body.url {
         config["url"] = json!(url);
-        model.config_hash = Set(hash_of("WEBHOOK_ENDPOINT", &config));
+        model.config_hash = Set(hash_of(DestinationKind::WebhookEndpoint.as_str(), &config));
         model.config = Set(config);
         changed.push("url");
     }

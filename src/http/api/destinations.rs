@@ -114,7 +114,6 @@ crate::tagged_body!(
 impl From<DestinationUpdate> for destinations::DestinationChanges {
     fn from(body: DestinationUpdate) -> Self {
         Self {
-            kind: "WEBHOOK_ENDPOINT".into(),
             name: body.name,
             description: body.description.into(),
             enabled: body.enabled,
@@ -125,13 +124,13 @@ impl From<DestinationUpdate> for destinations::DestinationChanges {
 
 impl destinations::NewDestination {
     fn of(
-        kind: &str,
+        kind: destination::DestinationKind,
         fields: NewDestinationFields,
         url: Option<String>,
         webhook_url: Option<String>,
     ) -> Self {
         Self {
-            kind: kind.into(),
+            kind,
             name: fields.name,
             description: fields.description.into(),
             enabled: fields.enabled,
@@ -145,12 +144,18 @@ impl destinations::NewDestination {
 impl From<DestinationCreate> for destinations::NewDestination {
     fn from(body: DestinationCreate) -> Self {
         match body {
-            DestinationCreate::WebhookEndpoint(b) => {
-                Self::of("WEBHOOK_ENDPOINT", b.fields, Some(b.url), None)
-            }
-            DestinationCreate::SlackChannel(b) => {
-                Self::of("SLACK_CHANNEL", b.fields, None, Some(b.webhook_url))
-            }
+            DestinationCreate::WebhookEndpoint(b) => Self::of(
+                destination::DestinationKind::WebhookEndpoint,
+                b.fields,
+                Some(b.url),
+                None,
+            ),
+            DestinationCreate::SlackChannel(b) => Self::of(
+                destination::DestinationKind::SlackChannel,
+                b.fields,
+                None,
+                Some(b.webhook_url),
+            ),
         }
     }
 }
@@ -229,7 +234,7 @@ impl From<destination::Model> for Destination {
             name: m.name,
             description: m.description.into(),
             provider: parse_enum(&m.provider).unwrap_or(DestinationProvider::Webhook),
-            kind: parse_enum(&m.kind).unwrap_or(DestinationKind::WebhookEndpoint),
+            kind: parse_enum(m.kind.as_str()).unwrap_or(DestinationKind::WebhookEndpoint),
             enabled: m.enabled,
             masked_config: masked.into(),
             sync_status: m.sync_status.into(),

@@ -1,6 +1,7 @@
 //! The demo's platform configuration: agents, signals, destinations and automations.
 
 use super::*;
+use entity::destination::DestinationKind;
 
 pub(super) async fn seed_agents(
     txn: &DatabaseTransaction,
@@ -210,7 +211,7 @@ pub(super) async fn seed_destinations(
             "slack-cs-alerts",
             "#cs-alerts",
             "Churn and expansion alerts for the customer success team.",
-            "SLACK_CHANNEL",
+            DestinationKind::SlackChannel,
             json!({ "webhookUrl": mask(slack_url, 24) }),
             slack_url.to_string(),
             true,
@@ -221,7 +222,7 @@ pub(super) async fn seed_destinations(
             "crm-webhook",
             "CRM sync webhook",
             "Pushes automation results to the CRM bridge running next to the demo.",
-            "WEBHOOK_ENDPOINT",
+            DestinationKind::WebhookEndpoint,
             json!({
                 "url": "http://localhost:9000/hooks/custintel",
                 "signingSecret": mask(&crm_secret, 6),
@@ -236,7 +237,7 @@ pub(super) async fn seed_destinations(
             "staging-webhook",
             "Staging webhook",
             "Staging receiver, disabled until the endpoint is redeployed.",
-            "WEBHOOK_ENDPOINT",
+            DestinationKind::WebhookEndpoint,
             json!({
                 "url": "https://hooks.example.com/custintel",
                 "signingSecret": mask(&staging_secret, 6),
@@ -253,13 +254,13 @@ pub(super) async fn seed_destinations(
     {
         let id = new_id();
         let created_at = now - days(85 - 5 * i as i64);
-        let provider = if kind == "SLACK_CHANNEL" {
+        let provider = if kind == DestinationKind::SlackChannel {
             "SLACK"
         } else {
             "WEBHOOK"
         };
         // Same hash input as destinations created through the API.
-        let hash = config_hash(&json!({ "kind": kind, "config": config }));
+        let hash = config_hash(&json!({ "kind": kind.as_str(), "config": config }));
         destination::ActiveModel {
             id: Set(id.clone()),
             organization_id: Set(org_id.to_string()),
@@ -268,7 +269,7 @@ pub(super) async fn seed_destinations(
             name: Set(name.to_string()),
             description: Set(Some(description.to_string())),
             provider: Set(provider.to_string()),
-            kind: Set(kind.to_string()),
+            kind: Set(kind),
             enabled: Set(enabled),
             config: Set(config),
             secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
