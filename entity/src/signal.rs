@@ -10,7 +10,7 @@ pub struct Model {
     pub managed_by: String,
     pub name: String,
     pub description: Option<String>,
-    pub kind: String,
+    pub kind: SignalKind,
     pub definition: Json,
     pub schema_version: String,
     pub config_hash: Option<String>,
@@ -23,3 +23,12 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// How a signal matches: every matching event (`EVENT_MATCH`), or a count or sequence of
+    /// them within a window (`EVENT_PATTERN`, declared with `custintel apply`).
+    pub enum SignalKind {
+        EventMatch = "EVENT_MATCH",
+        EventPattern = "EVENT_PATTERN",
+    }
+}

@@ -11,6 +11,7 @@ use chrono::{DateTime, Datelike, Duration, Utc};
 use chrono_tz::Tz;
 use entity::{
     customer::{self, BillingStatus},
+    signal::SignalKind,
     user,
 };
 use serde_json::Value;
@@ -407,8 +408,8 @@ impl SignalRule {
 }
 
 /// Compiles a signal's stored definition; issues are relative to the definition.
-pub fn compile_signal(kind: &str, definition: &Value) -> Result<SignalRule, Issues> {
-    if kind == "EVENT_PATTERN" {
+pub fn compile_signal(kind: SignalKind, definition: &Value) -> Result<SignalRule, Issues> {
+    if kind == SignalKind::EventPattern {
         let d: contract::EventPatternDefinition = contract::EVENT_PATTERN.parse(definition)?;
         let pattern = match d.pattern {
             contract::Pattern::Count {
@@ -561,7 +562,7 @@ mod tests {
     #[test]
     fn patterns_compile_and_name_bad_fields() {
         let ok = compile_signal(
-            "EVENT_PATTERN",
+            SignalKind::EventPattern,
             &json!({"grain": "user", "subjectResolver": "email", "pattern": {
                 "type": "sequence", "within": "1d",
                 "steps": [{"eventNames": ["a"]}, {"eventNames": ["b"], "conditionMode": "ANY"}]}}),
@@ -570,7 +571,7 @@ mod tests {
             matches!(ok.unwrap().pattern, Pattern::Sequence { ref steps, .. } if steps.len() == 2)
         );
         let err = compile_signal(
-            "EVENT_PATTERN",
+            SignalKind::EventPattern,
             &json!({"grain": "user", "subjectResolver": "email", "pattern": {
                 "type": "count", "within": "1x", "min": 0, "eventNames": []}}),
         )

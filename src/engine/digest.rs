@@ -87,7 +87,7 @@ pub async fn subjects(
     let rules: HashMap<String, (Grain, Resolver)> = active
         .iter()
         .filter_map(|s| {
-            let rule = config::compile_signal(&s.kind, &s.definition).ok()?;
+            let rule = config::compile_signal(s.kind, &s.definition).ok()?;
             Some((s.id.clone(), (rule.grain, rule.resolver)))
         })
         .collect();

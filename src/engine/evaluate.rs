@@ -123,7 +123,7 @@ fn compiled(model: &signal::Model) -> Option<Arc<SignalRule>> {
             return hit.clone();
         }
     }
-    let rule = config::compile_signal(&model.kind, &model.definition)
+    let rule = config::compile_signal(model.kind, &model.definition)
         .ok()
         .map(Arc::new);
     if let Ok(mut map) = cache.lock() {

@@ -160,7 +160,7 @@ pub async fn test(
         .iter()
         .filter(|s| s.archived_at.is_none())
         .filter_map(|s| {
-            let rule = config::compile_signal(&s.kind, &s.definition).ok()?;
+            let rule = config::compile_signal(s.kind, &s.definition).ok()?;
             Some(LoadedSignal {
                 model: s.clone(),
                 rule: std::sync::Arc::new(rule),

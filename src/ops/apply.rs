@@ -19,7 +19,7 @@ use chrono::Utc;
 use entity::{
     automation, automation_destination, automation_signal,
     destination::{self, DestinationKind, DestinationSyncStatus},
-    signal,
+    signal::{self, SignalKind},
 };
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction,
@@ -269,7 +269,7 @@ fn parse_text(text: &str) -> Result<Value, ApplyError> {
 
 struct WantedSignal {
     key: String,
-    kind: String,
+    kind: SignalKind,
     name: String,
     description: Option<String>,
     definition: Value,
@@ -453,25 +453,20 @@ fn check_signals(raw: &[Value], problems: &mut Problems) -> Vec<WantedSignal> {
         check_texts("signals", i, &spec.name, &spec.description, problems);
         let at_definition: Vec<PathSegment> = vec!["signals".into(), i.into()];
         // The engine's contract for each kind checks the definition below.
-        let definition = match spec.kind.as_str() {
-            "EVENT_MATCH" | "EVENT_PATTERN" => Some(spec.definition.clone()),
-            _ => {
-                problems.at(
-                    item_path("signals", i, "kind"),
-                    "must be EVENT_MATCH or EVENT_PATTERN",
-                );
-                None
-            }
-        };
-        let Some(definition) = definition else {
+        let Some(kind) = SignalKind::parse(&spec.kind) else {
+            problems.at(
+                item_path("signals", i, "kind"),
+                "must be EVENT_MATCH or EVENT_PATTERN",
+            );
             continue;
         };
-        if let Err(issues) = compile_signal(&spec.kind, &definition) {
+        let definition = spec.definition.clone();
+        if let Err(issues) = compile_signal(kind, &definition) {
             problems.extend_under(&at_definition, under(&["definition"], issues));
         }
         wanted.push(WantedSignal {
             key: spec.key,
-            kind: spec.kind,
+            kind,
             name: spec.name,
             description: spec.description,
             definition,
@@ -1005,7 +1000,7 @@ async fn write_signal(
         (Action::Update, Some(s)) => {
             let mut model = s.clone().into_active_model();
             model.managed_by = Set("CODE".into());
-            model.kind = Set(w.kind.clone());
+            model.kind = Set(w.kind);
             model.name = Set(w.name.clone());
             model.description = Set(w.description.clone());
             model.config_hash = Set(Some(config_hash(&w.definition)));
@@ -1023,7 +1018,7 @@ async fn write_signal(
                 managed_by: Set("CODE".into()),
                 name: Set(w.name.clone()),
                 description: Set(w.description.clone()),
-                kind: Set(w.kind.clone()),
+                kind: Set(w.kind),
                 config_hash: Set(Some(config_hash(&w.definition))),
                 definition: Set(w.definition.clone()),
                 schema_version: Set(SCHEMA_VERSION.into()),

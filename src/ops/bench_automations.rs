@@ -140,7 +140,7 @@ async fn seed(
             managed_by: Set("UI".into()),
             name: Set(format!("Signal {k}")),
             description: Set(None),
-            kind: Set("EVENT_MATCH".into()),
+            kind: Set(entity::signal::SignalKind::EventMatch),
             config_hash: Set(Some(config_hash(&definition))),
             definition: Set(definition),
             schema_version: Set("1".into()),

@@ -15,12 +15,11 @@ use crate::{
     engine::config::{compile_signal, under},
     validation::Issues,
 };
-use entity::signal;
+use entity::signal::{self, SignalKind};
 
 /// A new signal. Only `EVENT_MATCH` signals can be created through the API.
 #[derive(Debug)]
 pub struct NewSignal {
-    pub kind: String,
     pub name: String,
     /// An `EVENT_MATCH` definition ([`crate::engine::contract::EventMatchDefinition`]).
     pub definition: Value,
@@ -29,14 +28,11 @@ pub struct NewSignal {
 
 fn validate(body: &NewSignal) -> PlatformResult<()> {
     let mut issues = Issues::default();
-    if body.kind != "EVENT_MATCH" {
-        issues.push(vec!["kind".into()], "must be EVENT_MATCH");
-    }
     issues.length(&["name"], &body.name, 1, 120);
     if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
-    if let Err(found) = compile_signal("EVENT_MATCH", &body.definition) {
+    if let Err(found) = compile_signal(SignalKind::EventMatch, &body.definition) {
         issues.0.extend(under(&["definition"], found));
     }
     issues.into_result().map_err(Into::into)
@@ -93,7 +89,7 @@ pub async fn create(
         managed_by: Set("UI".into()),
         name: Set(body.name),
         description: Set(body.description.value()),
-        kind: Set("EVENT_MATCH".into()),
+        kind: Set(SignalKind::EventMatch),
         config_hash: Set(Some(config_hash(&definition))),
         definition: Set(definition),
         schema_version: Set(super::SCHEMA_VERSION.into()),

@@ -73,7 +73,7 @@ async fn pattern_signal(app: &TestApp, o: &Org, definition: Value) -> String {
         managed_by: Set("CODE".into()),
         name: Set("Pattern".into()),
         description: Set(None),
-        kind: Set("EVENT_PATTERN".into()),
+        kind: Set(entity::signal::SignalKind::EventPattern),
         definition: Set(definition),
         schema_version: Set("1".into()),
         config_hash: Set(None),

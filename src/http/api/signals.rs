@@ -55,7 +55,7 @@ impl From<signal::Model> for Signal {
             managed_by: parse_enum(&m.managed_by).unwrap_or(ManagedBy::Ui),
             name: m.name,
             description: m.description.into(),
-            kind: parse_enum(&m.kind).unwrap_or(SignalKind::EventMatch),
+            kind: parse_enum(m.kind.as_str()).unwrap_or(SignalKind::EventMatch),
             definition: m.definition,
             schema_version: m.schema_version,
             config_hash: m.config_hash.into(),
@@ -94,7 +94,6 @@ pub struct SignalCreate {
 impl From<SignalCreate> for signals::NewSignal {
     fn from(body: SignalCreate) -> Self {
         Self {
-            kind: "EVENT_MATCH".into(),
             name: body.name,
             definition: body.definition.into(),
             description: body.description.into(),

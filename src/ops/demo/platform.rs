@@ -181,7 +181,7 @@ pub(super) async fn seed_signals(
             managed_by: Set(managed_by.to_string()),
             name: Set(name.to_string()),
             description: Set(Some(description.to_string())),
-            kind: Set("EVENT_MATCH".to_string()),
+            kind: Set(entity::signal::SignalKind::EventMatch),
             config_hash: Set(Some(config_hash(&definition))),
             definition: Set(definition),
             schema_version: Set(SCHEMA_VERSION.to_string()),
