@@ -6,7 +6,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: String,
     pub organization_id: Option<String>,
-    pub kind: String,
+    pub kind: JobKind,
     pub payload: Json,
     pub status: JobStatus,
     pub run_at: DateTimeUtc,
@@ -21,6 +21,14 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+status_enum! {
+    /// What a job does.
+    pub enum JobKind {
+        /// Import a Stripe connection's customers and subscriptions.
+        StripeSync = "stripe_sync",
+    }
+}
 
 status_enum! {
     /// A job's `status`: `running` while claimed (with a lease), `pending` otherwise.

@@ -7,9 +7,9 @@ use sea_orm::{sea_query::Expr, ColumnTrait, ConnectionTrait, EntityTrait, QueryF
 use serde_json::json;
 
 use super::IntegrationResult;
-use entity::job::{self, JobStatus};
+use entity::job::{self, JobKind, JobStatus};
 
-pub const KIND_STRIPE_SYNC: &str = "stripe_sync";
+pub const KIND_STRIPE_SYNC: JobKind = JobKind::StripeSync;
 
 /// One scheduled sync per connection: its job id is derived from the connection id.
 pub fn sync_job_id(connection_id: &str) -> String {
@@ -28,7 +28,7 @@ pub async fn schedule_sync<C: ConnectionTrait>(
     job::Entity::insert(job::ActiveModel {
         id: Set(id.clone()),
         organization_id: Set(Some(org.to_string())),
-        kind: Set(KIND_STRIPE_SYNC.to_string()),
+        kind: Set(KIND_STRIPE_SYNC),
         payload: Set(json!({ "connectionId": connection_id })),
         status: Set(JobStatus::Pending),
         run_at: Set(run_at),
