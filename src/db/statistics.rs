@@ -27,8 +27,10 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 pub const REFRESH_EVERY: Duration = Duration::from_secs(600);
 
 /// `PRAGMA optimize` mask: 0x01 only say which ANALYZE it would run, 0x02 for tables that need
-/// it, 0x10000 checking every table (not only those this connection's queries used).
-const SQLITE_TABLES_TO_ANALYZE: &str = "PRAGMA optimize=0x10003";
+/// it, 0x10000 checking every table (not only those this connection's queries used). It judges
+/// from the statistics this connection loaded, which another pooled connection's ANALYZE left
+/// stale: `ANALYZE sqlite_schema` first reloads them, in the same call (one connection).
+const SQLITE_TABLES_TO_ANALYZE: &str = "ANALYZE sqlite_schema; PRAGMA optimize=0x10003";
 
 /// Tables PostgreSQL analyzes now: never analyzed though they hold rows, or changed by more
 /// than a fifth of their rows since the last analysis.
