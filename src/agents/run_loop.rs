@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::{
     actions::{self, ActionScope},
     model_client::{ChatMessage, ModelClient, ModelError, ToolCall},
-    run_records::{self, ActionRecord, RunRecord, ToolCallRecord},
+    run_records::{self, ActionRecord, ActionStatus, RunRecord, ToolCallRecord},
     tools_offered::{self, Offered, Toolbox},
     AgentRuntime, NO_MODEL,
 };
@@ -242,7 +242,7 @@ async fn handle_call(
                     run.actions.push(ActionRecord {
                         key: action.key().to_string(),
                         input: Value::String(call.function.arguments.clone()),
-                        status: "failed",
+                        status: ActionStatus::Failed,
                         error: Some(e.clone()),
                     });
                     return json!({ "error": e }).to_string();
@@ -260,7 +260,7 @@ async fn handle_call(
                     run.actions.push(ActionRecord {
                         key: action.key().to_string(),
                         input,
-                        status: "done",
+                        status: ActionStatus::Done,
                         error: None,
                     });
                     cut(result.to_string())
@@ -275,7 +275,7 @@ async fn handle_call(
                     run.actions.push(ActionRecord {
                         key: action.key().to_string(),
                         input,
-                        status: "failed",
+                        status: ActionStatus::Failed,
                         error: Some(message),
                     });
                     cut(body.to_string())
@@ -293,7 +293,7 @@ async fn handle_call(
             run.actions.push(ActionRecord {
                 key: name.to_string(),
                 input: parsed.unwrap_or_else(|_| Value::String(call.function.arguments.clone())),
-                status: "refused",
+                status: ActionStatus::Refused,
                 error: Some(error.clone()),
             });
             json!({ "error": format!("refused: {error}") }).to_string()

@@ -28,14 +28,25 @@ pub struct ToolCallRecord {
     pub error: Option<String>,
 }
 
+/// What became of an action a model asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionStatus {
+    /// It ran.
+    Done,
+    /// The agent may not take it (not among its action keys, or unknown).
+    Refused,
+    /// It ran and failed.
+    Failed,
+}
+
 /// One action of a run.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActionRecord {
     pub key: String,
     pub input: Value,
-    /// `done`, `refused` or `failed`.
-    pub status: &'static str,
+    pub status: ActionStatus,
     pub error: Option<String>,
 }
 
