@@ -1089,6 +1089,7 @@ async fn stripe_sync_and_webhook(backend: Backend) {
     )
     .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    snap!("webhook_before_its_secret", scrub(&r.body, &app.base));
     let r = app
         .post(SETUP, SETUP, key, Some(json!({"provider": "stripe", "step": "webhooks", "config": {"webhookSecret": secret}})))
         .await;
@@ -1287,3 +1288,47 @@ db_test!(sync_job_claimed_once, |app: TestApp| async move {
         .expect("reclaimed");
     assert_eq!(again.attempts, 2);
 });
+
+// Setup steps of one connection from many clients at once: every call is answered, and the
+// stored mappings are one caller's whole set, never a mix.
+db_test!(
+    concurrent_mapping_steps_keep_one_whole_set,
+    |app: TestApp| async move {
+        let org = app.org("CRM Race").await;
+        let key = &org.api_key;
+        let r = app
+            .post(CONNECT, CONNECT, key, Some(json!({"provider": "hubspot"})))
+            .await;
+        let url = r.body["connectUrl"].as_str().unwrap().to_string();
+        submit_page(&app, &url, &[("action", "authorize")]).await;
+        let sets: Vec<Value> = (0..16)
+            .map(|i| {
+                json!([
+                    {"pipelineId": format!("p{i}"), "stageId": "won", "status": "won"},
+                    {"pipelineId": format!("p{i}"), "stageId": "lost", "status": "lost"}
+                ])
+            })
+            .collect();
+        let calls = sets.iter().map(|mappings| {
+            app.post(
+                SETUP,
+                SETUP,
+                key,
+                Some(json!({"provider": "hubspot", "step": "mappings", "config": {"mappings": mappings}})),
+            )
+        });
+        for r in futures::future::join_all(calls).await {
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            assert_eq!(r.body["status"], "configured");
+        }
+        let r = app
+            .post(
+                SETUP,
+                SETUP,
+                key,
+                Some(json!({"provider": "hubspot", "step": "mappings"})),
+            )
+            .await;
+        assert!(sets.contains(&r.body["mappings"]), "{}", r.body["mappings"]);
+    }
+);

@@ -574,6 +574,7 @@ db_test!(automation_create, |app: TestApp| async move {
     // An id that names nothing in the organization: 404, as in a path.
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "not_found");
+    snap!("automation_create_unknown_signal", r.body);
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
@@ -705,6 +706,7 @@ db_test!(destinations_crud_and_url_rule, |app: TestApp| async move {
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "conflict");
+    snap!("destination_update_other_kind", r.body);
 
     let accepted = [
         "https://example.com",
@@ -1242,10 +1244,14 @@ db_test!(
                 .await
                 .expect("request");
             assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{path}");
-            let allow = r
-                .headers()
-                .get("allow")
-                .map(|v| v.to_str().unwrap_or_default().to_string());
+            let allow = r.headers().get("allow").cloned();
+            let body: Value = r.json().await.expect("a JSON body");
+            // The Platform API's `{error}` shape, as every unknown route and method answers.
+            assert_eq!(body, json!({"error": "method not allowed on this route"}));
+            if path == "/api/agents" {
+                snap!("method_not_allowed", body);
+            }
+            let allow = allow.map(|v| v.to_str().unwrap_or_default().to_string());
             let mut got: Vec<String> = allow
                 .unwrap_or_default()
                 .split(", ")
