@@ -4,7 +4,7 @@
 //! tests read is the one a request meets. Rules that span fields are checked by the domain
 //! afterwards and said in the fields' descriptions.
 
-use std::{collections::HashMap, sync::LazyLock};
+use std::{collections::HashMap, sync::OnceLock};
 
 use serde_json::{json, Map, Value};
 
@@ -17,18 +17,20 @@ pub struct BodyContracts {
     pub broken: Vec<(String, String)>,
 }
 
-static BODIES: LazyLock<BodyContracts> =
-    LazyLock::new(|| BodyContracts::from_description(&super::server::openapi_value()));
+static BODIES: OnceLock<BodyContracts> = OnceLock::new();
 
-/// Builds the validators now (at start-up) rather than on the first request.
-pub fn prepare() -> &'static BodyContracts {
-    &BODIES
+/// Builds the validators at start-up from the description the server publishes (once per
+/// process), rather than on the first request.
+pub fn prepare(doc: &Value) -> &'static BodyContracts {
+    BODIES.get_or_init(|| BodyContracts::from_description(doc))
 }
 
 /// Checks a body against the component `name`; a name the description has no request body
 /// of passes (its type is checked by deserializing alone).
 pub fn check(name: &str, body: &Value) -> Result<(), Vec<ValidationIssue>> {
-    BODIES.check(name, body)
+    BODIES
+        .get_or_init(|| BodyContracts::from_description(&super::server::openapi_value()))
+        .check(name, body)
 }
 
 const PREFIX: &str = "#/components/schemas/";

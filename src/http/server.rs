@@ -136,11 +136,6 @@ async fn json_error(err: poem::Error) -> Response {
 
 /// The whole application: typed API, description, docs UI and health check.
 pub fn app(state: crate::state::AppState) -> impl Endpoint {
-    // The request body contracts come from the description: build them before the first request.
-    let bodies = crate::http::body_contract::prepare();
-    for (name, error) in &bodies.broken {
-        tracing::error!(component = %name, %error, "a request body schema could not be compiled");
-    }
     let connect_page = get(api::connect_page::show)
         .post(api::connect_page::submit)
         .data(state.clone());
@@ -149,6 +144,11 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
     let metrics = get(metrics_text).data(state.clone());
     let service = api::service(state);
     let doc = openapi_document(&service.spec());
+    // The request body contracts come from this description: built before the first request.
+    let bodies = crate::http::body_contract::prepare(&doc);
+    for (name, error) in &bodies.broken {
+        tracing::error!(component = %name, %error, "a request body schema could not be compiled");
+    }
     let allowed = crate::http::allow::AllowedMethods::of(
         &doc,
         &[

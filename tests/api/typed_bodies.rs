@@ -243,33 +243,23 @@ async fn concrete(app: &TestApp, key: &str, ex: &Example) -> (String, Value) {
     let mut body = ex.body.clone();
     let mut path = ex.route.clone();
     if path.contains("{id}") {
-        let id =
-            match ex.operation.as_str() {
-                "updateDestination" => {
-                    let r = app
-                        .post(
-                            "/api/destinations",
-                            "/api/destinations",
-                            key,
-                            Some(json!({"type": "WEBHOOK_ENDPOINT", "name": "Example target",
-                            "url": "https://example.com/hook"})),
-                        )
-                        .await;
-                    r.body["result"]["data"]["destination"]["id"].clone()
-                }
-                _ => {
-                    let r = app
-                    .post(
-                        "/api/automations",
-                        "/api/automations",
-                        key,
-                        Some(json!({"name": "Example subject", "triggerType": "SIGNAL_OCCURRENCE",
-                            "triggerJson": {}, "matchMode": "ANY"})),
-                    )
-                    .await;
-                    r.body["result"]["data"]["automation"]["id"].clone()
-                }
-            };
+        // A resource of the kind the route changes: (collection, create body, `data` field).
+        let (collection, create, field) = match ex.operation.as_str() {
+            "updateDestination" => (
+                "/api/destinations",
+                json!({"type": "WEBHOOK_ENDPOINT", "name": "Example target",
+                    "url": "https://example.com/hook"}),
+                "destination",
+            ),
+            _ => (
+                "/api/automations",
+                json!({"name": "Example subject", "triggerType": "SIGNAL_OCCURRENCE",
+                    "triggerJson": {}, "matchMode": "ANY"}),
+                "automation",
+            ),
+        };
+        let r = app.post(collection, collection, key, Some(create)).await;
+        let id = r.body["result"]["data"][field]["id"].clone();
         path = path.replace("{id}", id.as_str().expect("an id"));
     }
     if body.get("eventId").is_some() {
