@@ -19,5 +19,5 @@ pub struct AppState {
     /// Full-text index over sources and facts, following the database's change log.
     pub search: crate::search::SearchIndex,
     /// The language model agents run on and the bounds of their runs.
-    pub agents: crate::agents::AgentsConfig,
+    pub agents: crate::llm::AgentsConfig,
 }

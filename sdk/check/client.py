@@ -30,8 +30,13 @@ from custintel_client.models import (
     CronSchedule,
     SignalCreate,
     SignalCreateKind,
-    SignalOccurrenceAutomationCreate,
-    SignalOccurrenceAutomationCreateTriggerType,
+    AnyOrAllMatchMode,
+    AnyOrAllSignalOccurrenceAutomationCreate,
+    AnyOrAllSignalOccurrenceAutomationCreateTriggerType,
+    AtLeastMatchMode,
+    AtLeastSignalOccurrenceAutomationCreate,
+    AtLeastSignalOccurrenceAutomationCreateTriggerType,
+    AtLeastSignalOccurrenceTrigger,
     SignalOccurrenceTrigger,
     Dedupe,
     SlackChannelDestinationCreate,
@@ -109,16 +114,29 @@ def main() -> None:
     on_signal = ok(
         create_automation.sync(
             client=client,
-            body=SignalOccurrenceAutomationCreate(
+            body=AtLeastSignalOccurrenceAutomationCreate(
                 name="Hot lead",
-                trigger_type=SignalOccurrenceAutomationCreateTriggerType.SIGNAL_OCCURRENCE,
-                trigger_json=SignalOccurrenceTrigger(
-                    window="7d", at_least=2, dedupe=Dedupe.DAY
+                trigger_type=AtLeastSignalOccurrenceAutomationCreateTriggerType.SIGNAL_OCCURRENCE,
+                trigger_json=AtLeastSignalOccurrenceTrigger(
+                    at_least=1, window="7d", dedupe=Dedupe.DAY
                 ),
                 audience_filter_json=AudienceFilter(billing_status=[BillingStatus.TRIALING], min_mrr_cents=0),
-                match_mode=MatchMode.ANY,
+                match_mode=AtLeastMatchMode.AT_LEAST,
                 signal_ids=[str(signal.id)],
                 destination_ids=[str(webhook.destination.id), str(slack.id)],
+            ),
+        )
+    ).result.data.automation
+
+    on_any = ok(
+        create_automation.sync(
+            client=client,
+            body=AnyOrAllSignalOccurrenceAutomationCreate(
+                name="Any signal",
+                trigger_type=AnyOrAllSignalOccurrenceAutomationCreateTriggerType.SIGNAL_OCCURRENCE,
+                trigger_json=SignalOccurrenceTrigger(dedupe=Dedupe.HOUR),
+                match_mode=AnyOrAllMatchMode.ANY,
+                signal_ids=[str(signal.id)],
             ),
         )
     ).result.data.automation
@@ -136,7 +154,7 @@ def main() -> None:
             ),
         )
     ).result.data.automation
-    print("created", on_signal.key, weekly.key)
+    print("created", on_signal.key, on_any.key, weekly.key)
 
     by_event = ok(
         test_automation.sync(

@@ -50,13 +50,22 @@ export async function setUp(baseUrl: string, apiKey: string): Promise<void> {
   const hotLead: Schemas["SignalOccurrenceAutomationCreate"] = {
     name: "Hot lead",
     triggerType: "SIGNAL_OCCURRENCE",
-    triggerJson: { window: "7d", atLeast: 2, dedupe: "day" },
+    triggerJson: { window: "7d", atLeast: 1, dedupe: "day" },
     audienceFilterJson: { billingStatus: ["TRIALING"], minMrrCents: 0 },
-    matchMode: "ANY",
+    matchMode: "AT_LEAST",
     signalIds: [signal.id],
     destinationIds: [webhook.destination.id, slack.id],
   };
   const onSignal = ok(await client.POST("/api/automations", { body: hotLead })).result.data.automation;
+
+  const anySignal: Schemas["AnyOrAllSignalOccurrenceAutomationCreate"] = {
+    name: "Any signal",
+    triggerType: "SIGNAL_OCCURRENCE",
+    triggerJson: { dedupe: "hour" },
+    matchMode: "ANY",
+    signalIds: [signal.id],
+  };
+  const onAny = ok(await client.POST("/api/automations", { body: anySignal })).result.data.automation;
 
   const digest: Schemas["ScheduleAutomationCreate"] = {
     name: "Weekly digest",
@@ -67,7 +76,7 @@ export async function setUp(baseUrl: string, apiKey: string): Promise<void> {
     destinationIds: [slack.id],
   };
   const weekly = ok(await client.POST("/api/automations", { body: digest })).result.data.automation;
-  console.log("created", onSignal.key, weekly.key);
+  console.log("created", onSignal.key, onAny.key, weekly.key);
 
   const byEvent: Schemas["AutomationTestRequest"] = { eventId: "evt_123" };
   const bySubject: Schemas["AutomationTestRequest"] = { subject: { grain: "customer", key: "acme.com" } };

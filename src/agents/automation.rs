@@ -4,12 +4,12 @@
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::definition as platform_agents;
 use super::{
     run_loop::{self, RunRequest},
     run_records::RunRecord,
     AgentRuntime, Trigger, NO_MODEL,
 };
-use crate::platform::agents as platform_agents;
 use entity::agent_run::AgentRunStatus;
 
 /// What the engine hands over.

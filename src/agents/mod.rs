@@ -9,15 +9,15 @@
 
 pub mod actions;
 pub mod automation;
-pub mod config;
+pub mod definition;
 pub mod model_client;
 pub mod run_loop;
 pub mod run_records;
 pub mod schedules;
 pub mod tools_offered;
 
+pub use crate::llm::{AgentsConfig, LlmConfig};
 pub use automation::{run_for_automation, AgentOutcome, AutomationRunInput};
-pub use config::{AgentsConfig, LlmConfig};
 
 use crate::state::AppState;
 

@@ -9,8 +9,9 @@ use sea_orm::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::definition as platform_agents;
 use super::Trigger;
-use crate::platform::{agents as platform_agents, PlatformError, PlatformResult};
+use crate::platform::{PlatformError, PlatformResult};
 use entity::agent_run::{self, AgentRunStatus};
 
 /// How long a `RUNNING` row may stay so before a sweep closes it as `FAILED`: well past the run

@@ -22,53 +22,21 @@ use super::{
 };
 use entity::{agent, agent_run::AgentRunStatus};
 
-/// One cron field's item pattern: `*` or `*/n`, a number, or a range `a-b` (optionally `/n`).
-macro_rules! cron_field {
-    ($value:literal) => {
-        concat!(
-            r"(\*(/[1-9][0-9]?)?|",
-            $value,
-            "(-",
-            $value,
-            r"(/[1-9][0-9]?)?)?)",
-            r"(,(\*(/[1-9][0-9]?)?|",
-            $value,
-            "(-",
-            $value,
-            r"(/[1-9][0-9]?)?)?))*"
-        )
-    };
-}
-
-/// The cron expressions this service takes, as a pattern for the description: five fields
-/// (minute 0-59, hour 0-23, day of month 1-31, month 1-12, day of week 0-7 with 0 and 7
-/// Sunday) of `*`, numbers, `a-b` ranges and `,` lists, with `/n` steps on `*` and ranges. A
-/// range from a higher to a lower number wraps around (`5-1` in day of week is Friday to
-/// Monday). Every expression it admits parses.
-pub const CRON_PATTERN: &str = concat!(
-    "^ *",
-    cron_field!("[0-5]?[0-9]"),
-    " +",
-    cron_field!("(0?[0-9]|1[0-9]|2[0-3])"),
-    " +",
-    cron_field!("(0?[1-9]|[12][0-9]|3[01])"),
-    " +",
-    cron_field!("(0?[1-9]|1[0-2])"),
-    " +",
-    cron_field!("[0-7]"),
-    " *$"
-);
-
 /// Each field's bounds, for ranges that wrap around.
 const FIELD_BOUNDS: [(u16, u16); 5] = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)];
 
-/// Rewrites ranges that run from a higher to a lower number as the two ranges they wrap
-/// around to (`5-1` -> `5-6,0-1`), keeping their step.
+/// Rewrites the fields into the form the cron parser takes: ranges that run from a higher to a
+/// lower number as the two ranges they wrap around to (`5-1` -> `5-6,0-1`), keeping their
+/// step, and a list with a bare `*` in it as `*` (which it means; the parser refuses `*` in a
+/// list).
 fn wrap_ranges(cron: &str) -> String {
     let fields: Vec<String> = cron
         .split_whitespace()
         .zip(FIELD_BOUNDS)
         .map(|(field, (min, max))| {
+            if field.split(',').any(|item| item == "*") {
+                return "*".to_string();
+            }
             let items: Vec<String> = field
                 .split(',')
                 .map(|item| {
@@ -97,11 +65,6 @@ fn wrap_ranges(cron: &str) -> String {
         })
         .collect();
     fields.join(" ")
-}
-
-/// The IANA time zones a schedule may be read in.
-pub fn time_zone_names() -> Vec<&'static str> {
-    chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect()
 }
 
 /// A parsed schedule.
@@ -289,6 +252,7 @@ pub fn spawn(runtime: AgentRuntime) -> ScheduleHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation::patterns::CRON_PATTERN;
 
     /// Every expression the description's pattern admits parses, wrapped ranges included.
     #[test]
@@ -305,6 +269,9 @@ mod tests {
             "0 0 31-2 * 7-2",
             "59 23 31 12 7",
             "0,30 8-18/2 1,15 */3 0",
+            // Found by schemathesis: `*` inside lists, steps past the field's range.
+            " 44,44-20/98    17,05,04-8,1,*/29,13,*/25,23,*,04-19,06-4,*  23-07,*,08,*  \
+             *,*/2,*,*/4,*/21  0-0/28,*     ",
         ];
         for cron in admitted {
             assert!(pattern.is_valid(&serde_json::json!(cron)), "{cron} refused");
@@ -326,5 +293,6 @@ mod tests {
             );
         }
         assert_eq!(wrap_ranges("0 22 * * 5-1"), "0 22 * * 5-6,0-1");
+        assert_eq!(wrap_ranges("0 1,*,5-1 * * *"), "0 * * * *");
     }
 }

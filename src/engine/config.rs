@@ -143,8 +143,35 @@ pub fn parse_trigger(
         let schedule: contract::ScheduleTrigger = contract::SCHEDULE.parse(json)?;
         return read_schedule(schedule).map(Trigger::Schedule);
     }
+    if match_mode == "AT_LEAST" {
+        let trigger: contract::AtLeastSignalOccurrenceTrigger =
+            contract::AT_LEAST_SIGNAL_OCCURRENCE.parse(json)?;
+        let n = trigger.at_least;
+        if n as usize > active_signals.max(1) {
+            return Err(vec![issue(
+                &["atLeast"],
+                format!(
+                    "`{n}` must be an integer from 1 to the number of linked active signals ({active_signals})"
+                ),
+            )]);
+        }
+        return Ok(Trigger::Signal(signal_trigger(
+            Combine::AtLeast(n as usize),
+            trigger.window.as_deref(),
+            trigger.dedupe,
+        )));
+    }
     let trigger: contract::SignalOccurrenceTrigger = contract::SIGNAL_OCCURRENCE.parse(json)?;
-    read_signal_trigger(trigger, match_mode, active_signals).map(Trigger::Signal)
+    let combine = if match_mode == "ALL" {
+        Combine::All
+    } else {
+        Combine::Any
+    };
+    Ok(Trigger::Signal(signal_trigger(
+        combine,
+        trigger.window.as_deref(),
+        trigger.dedupe,
+    )))
 }
 
 /// A duration the contract's pattern admitted.
@@ -152,38 +179,12 @@ fn span(raw: Option<&str>, default: Duration) -> Duration {
     raw.and_then(parse_span).unwrap_or(default)
 }
 
-fn read_signal_trigger(
-    trigger: contract::SignalOccurrenceTrigger,
-    match_mode: &str,
-    active_signals: usize,
-) -> Result<SignalTrigger, Issues> {
-    let combine = match (match_mode, trigger.at_least) {
-        ("AT_LEAST", Some(n)) if (n as usize) <= active_signals.max(1) => {
-            Combine::AtLeast(n as usize)
-        }
-        ("AT_LEAST", Some(n)) => {
-            return Err(vec![issue(
-                &["atLeast"],
-                format!(
-                    "`{n}` must be an integer from 1 to the number of linked active signals ({active_signals})"
-                ),
-            )])
-        }
-        ("AT_LEAST", None) => {
-            return Err(vec![issue(
-                &["atLeast"],
-                "required when matchMode is AT_LEAST",
-            )])
-        }
-        // `atLeast` means nothing to the other modes: left unread.
-        ("ALL", _) => Combine::All,
-        _ => Combine::Any,
-    };
-    Ok(SignalTrigger {
+fn signal_trigger(combine: Combine, window: Option<&str>, dedupe: Option<Dedupe>) -> SignalTrigger {
+    SignalTrigger {
         combine,
-        window: span(trigger.window.as_deref(), Duration::days(7)),
-        dedupe: trigger.dedupe.unwrap_or(Dedupe::Day),
-    })
+        window: span(window, Duration::days(7)),
+        dedupe: dedupe.unwrap_or(Dedupe::Day),
+    }
 }
 
 fn read_schedule(schedule: contract::ScheduleTrigger) -> Result<ScheduleTrigger, Issues> {

@@ -15,12 +15,12 @@ use serde_json::Value;
 use super::config::{Dedupe, Grain, Resolver};
 use super::matching::Operator;
 use crate::{
-    agents::schedules::{time_zone_names, CRON_PATTERN},
     tools::list_users::Stage,
-    validation::Contract,
+    validation::{
+        patterns::{time_zone_pattern, CRON_PATTERN, DURATION_PATTERN as SPAN_PATTERN},
+        Contract,
+    },
 };
-
-use crate::validation::DURATION_PATTERN as SPAN_PATTERN;
 
 /// Whether every property condition must hold (`ALL`) or one (`ANY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -170,19 +170,35 @@ pub struct EventPatternDefinition {
     pub pattern: Pattern,
 }
 
-/// `triggerJson` of a `SIGNAL_OCCURRENCE` automation; every key is optional.
+/// `triggerJson` of a `SIGNAL_OCCURRENCE` automation whose `matchMode` is `ANY` or `ALL`; every
+/// key is optional.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SignalOccurrenceTrigger {
-    /// For `matchMode` `ALL` and `AT_LEAST`: how far back the linked signals' occurrences
-    /// count, `<n>h|d|w` (default `7d`).
+    /// For `matchMode` `ALL`: how far back the linked signals' occurrences count, `<n>h|d|w`
+    /// (default `7d`).
     #[schemars(regex(pattern = SPAN_PATTERN))]
     pub window: Option<String>,
-    /// Required when `matchMode` is `AT_LEAST` (and unread otherwise): how many distinct linked
-    /// active signals must have occurred, from 1 to their number when the automation is
-    /// enabled.
+    /// Unread: `ANY` and `ALL` count every linked signal.
     #[schemars(range(min = 1))]
     pub at_least: Option<u32>,
+    /// A subject starts at most one run per automation per UTC calendar hour, day or ISO week;
+    /// `none` does not limit (default `day`).
+    pub dedupe: Option<Dedupe>,
+}
+
+/// `triggerJson` of a `SIGNAL_OCCURRENCE` automation whose `matchMode` is `AT_LEAST`: `atLeast`
+/// is required.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AtLeastSignalOccurrenceTrigger {
+    /// How far back the linked signals' occurrences count, `<n>h|d|w` (default `7d`).
+    #[schemars(regex(pattern = SPAN_PATTERN))]
+    pub window: Option<String>,
+    /// How many distinct linked active signals must have occurred, from 1 to their number when
+    /// the automation is enabled.
+    #[schemars(range(min = 1))]
+    pub at_least: u32,
     /// A subject starts at most one run per automation per UTC calendar hour, day or ISO week;
     /// `none` does not limit (default `day`).
     pub dedupe: Option<Dedupe>,
@@ -191,19 +207,6 @@ pub struct SignalOccurrenceTrigger {
 /// An IANA time zone such as `Europe/Berlin`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct TimeZone(pub String);
-
-/// The time zone names as one pattern rather than an `enum`: SDK generators turn an enum into
-/// constants, and `Etc/GMT+1` and `Etc/GMT-1` would become the same constant.
-pub fn time_zone_pattern() -> &'static str {
-    static PATTERN: LazyLock<String> = LazyLock::new(|| {
-        let names: Vec<String> = time_zone_names()
-            .into_iter()
-            .map(|n| n.replace('+', "\\+").replace('.', "\\."))
-            .collect();
-        format!("^({})$", names.join("|"))
-    });
-    &PATTERN
-}
 
 impl JsonSchema for TimeZone {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -283,6 +286,8 @@ pub static EVENT_PATTERN: LazyLock<Contract> =
     LazyLock::new(Contract::of::<EventPatternDefinition>);
 pub static SIGNAL_OCCURRENCE: LazyLock<Contract> =
     LazyLock::new(Contract::of::<SignalOccurrenceTrigger>);
+pub static AT_LEAST_SIGNAL_OCCURRENCE: LazyLock<Contract> =
+    LazyLock::new(Contract::of::<AtLeastSignalOccurrenceTrigger>);
 pub static SCHEDULE: LazyLock<Contract> = LazyLock::new(Contract::of::<ScheduleTrigger>);
 pub static AUDIENCE: LazyLock<Contract> = LazyLock::new(Contract::of::<AudienceFilter>);
 
@@ -292,6 +297,10 @@ pub fn components() -> Vec<(&'static str, &'static Contract)> {
         ("EventMatchDefinition", &*EVENT_MATCH),
         ("EventPatternDefinition", &*EVENT_PATTERN),
         ("SignalOccurrenceTrigger", &*SIGNAL_OCCURRENCE),
+        (
+            "AtLeastSignalOccurrenceTrigger",
+            &*AT_LEAST_SIGNAL_OCCURRENCE,
+        ),
         ("ScheduleTrigger", &*SCHEDULE),
         ("AudienceFilter", &*AUDIENCE),
     ]

@@ -11,8 +11,8 @@ use sea_orm::{
 };
 use serde_json::{json, Value};
 
+use super::automations::AutomationView;
 use super::config::{self, Audience, Grain, Resolver};
-use crate::platform::automations::AutomationView;
 
 /// Most subjects one digest lists.
 pub const MAX_SUBJECTS: usize = 1_000;

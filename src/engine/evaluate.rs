@@ -259,6 +259,40 @@ impl RulesCache {
     }
 }
 
+/// The applier's work after applying a group: evaluation in its transaction, and the
+/// processor woken when that made runs.
+#[async_trait::async_trait]
+impl crate::ingest::after_apply::AfterApply for RulesCache {
+    async fn select(
+        &mut self,
+        txn: &crate::ingest::apply_txn::ApplyTxn,
+        rows: &[AppliedEvent],
+    ) -> Result<Vec<AppliedEvent>, DbErr> {
+        let rules = self.get(txn).await?;
+        if rules.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Only events some signal names are copied for evaluation.
+        Ok(rows
+            .iter()
+            .filter(|r| rules.wants(&r.organization_id, &r.event_type, r.event_name.as_deref()))
+            .cloned()
+            .collect())
+    }
+
+    async fn apply(
+        &mut self,
+        txn: &crate::ingest::apply_txn::ApplyTxn,
+        selected: &[AppliedEvent],
+    ) -> Result<usize, DbErr> {
+        evaluate(txn, &self.rules, selected).await
+    }
+
+    fn committed(&self, _runs_created: usize) {
+        super::processor::wake();
+    }
+}
+
 /// Changes whenever an automation, a signal or a link between them is added, changed, enabled,
 /// disabled or archived (every such write moves `updated_at` or a count).
 async fn config_version<C: ConnectionTrait>(conn: &C) -> Result<String, DbErr> {
@@ -578,7 +612,7 @@ struct Pending {
 impl Pending {
     fn hit(&mut self, signal: &LoadedSignal, subject: &Subject, event: &AppliedEvent, step: i32) {
         self.hits.push(signal_hit::ActiveModel {
-            id: Set(crate::ingest::store::time_ordered_id()),
+            id: Set(crate::ids::time_ordered_id()),
             organization_id: Set(event.organization_id.clone()),
             signal_id: Set(signal.model.id.clone()),
             subject_id: Set(subject.id.clone()),

@@ -18,7 +18,8 @@ use super::{
     processor,
 };
 use crate::{
-    platform::{automations as platform_automations, paging, PlatformError, PlatformResult},
+    engine::automations as platform_automations,
+    platform::{paging, PlatformError, PlatformResult},
     state::AppState,
     tools::{common::resolve_customer, ToolContext, ToolError},
 };

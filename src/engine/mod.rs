@@ -10,6 +10,7 @@
 //! run's subjects; [`schedules`] starts schedule runs; [`history`] lists runs and makes dry runs;
 //! [`retention`] removes signal hits no window reads any more.
 
+pub mod automations;
 pub mod config;
 pub mod contract;
 pub mod digest;
@@ -20,6 +21,7 @@ pub mod processor;
 pub mod retention;
 pub mod runs;
 pub mod schedules;
+pub mod signals;
 
 /// Starts the engine's background work on this instance: the processor and the schedule ticks.
 pub fn spawn(state: crate::state::AppState) -> Vec<tokio::task::JoinHandle<()>> {

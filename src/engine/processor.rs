@@ -32,8 +32,8 @@ use super::{
 };
 use crate::{
     agents::{AgentRuntime, AutomationRunInput},
+    engine::automations::{self as platform_automations, AutomationView},
     notify::delivery::{attempt_with_retries, pending_row, record_attempts_of},
-    platform::automations::{self as platform_automations, AutomationView},
     state::AppState,
     tools::{get_customer, ToolContext},
 };

@@ -33,7 +33,7 @@ pub fn new_run(
     automation_run::ActiveModel {
         // Time-ordered, so a run's row and index entries append instead of landing at random
         // places in the tables' B-trees (runs are made at ingest's pace).
-        id: Set(crate::ingest::store::time_ordered_id()),
+        id: Set(crate::ids::time_ordered_id()),
         organization_id: Set(automation.organization_id.clone()),
         automation_id: Set(automation.id.clone()),
         dedupe_key: Set(dedupe_key),

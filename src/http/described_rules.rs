@@ -6,16 +6,13 @@
 use serde_json::{json, Value};
 
 use crate::{
-    agents::schedules::CRON_PATTERN,
     integrations::{
         connections::POSTHOG_REGIONS,
         providers::{Provider, SetupMode, GMAIL_ALIAS, PROVIDERS},
         setup::step_contracts,
     },
-    platform::{
-        destinations::ENDPOINT_URL_PATTERN,
-        paging::{CURSOR_PATTERN, MAX_LIMIT},
-    },
+    platform::paging::{CURSOR_PATTERN, MAX_LIMIT},
+    validation::patterns::{CRON_PATTERN, ENDPOINT_URL_PATTERN},
 };
 use entity::{agent_run::AgentRunStatus, automation_run::AutomationRunStatus, StatusEnum};
 

@@ -272,7 +272,11 @@ pub async fn serve_until(
         // and ticks are claimed once across instances.
         (
             crate::engine::spawn(background_state.clone()),
-            crate::ingest::applier::Applier::spawn(background_state.db.clone(), window),
+            crate::ingest::applier::Applier::spawn(
+                background_state.db.clone(),
+                window,
+                crate::engine::evaluate::RulesCache::default(),
+            ),
         )
     };
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new

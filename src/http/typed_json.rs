@@ -33,6 +33,7 @@ macro_rules! contract_names {
 contract_names! {
     EventMatchDefinitionJson => "EventMatchDefinition",
     SignalOccurrenceTriggerJson => "SignalOccurrenceTrigger",
+    AtLeastSignalOccurrenceTriggerJson => "AtLeastSignalOccurrenceTrigger",
     ScheduleTriggerJson => "ScheduleTrigger",
     AudienceFilterJson => "AudienceFilter",
 }
@@ -101,8 +102,9 @@ impl<N: ContractName> ToJSON for ContractJson<N> {
     }
 }
 
-/// Registers a tagged body: each member's schema gains the tag property (its one value,
-/// required) and the body is `oneOf` the members with a `discriminator`.
+/// Registers a tagged body: each member's schema gains the tag property (its values,
+/// required) and the body is `oneOf` the members with a `discriminator`. A member may itself be
+/// `oneOf` other objects (its members then gain the tag).
 pub fn register_tagged(
     registry: &mut Registry,
     name: &'static str,
@@ -110,31 +112,26 @@ pub fn register_tagged(
     tag: &'static str,
     members: &[(&'static str, String)],
 ) {
-    for (value, member) in members {
-        if let Some(schema) = registry.schemas.get_mut(member) {
-            if !schema.properties.iter().any(|(p, _)| *p == tag) {
-                schema.properties.insert(
-                    0,
-                    (
-                        tag,
-                        MetaSchemaRef::Inline(Box::new(MetaSchema {
-                            enum_items: vec![Value::from(*value)],
-                            ..MetaSchema::new("string")
-                        })),
-                    ),
-                );
-                schema.required.insert(0, tag);
-            }
+    for (_, member) in members {
+        let values: Vec<Value> = members
+            .iter()
+            .filter(|(_, m)| m == member)
+            .map(|(v, _)| Value::from(*v))
+            .collect();
+        add_tag(registry, member, tag, &values);
+    }
+    let mut one_of: Vec<MetaSchemaRef> = Vec::new();
+    for (_, member) in members {
+        let reference = MetaSchemaRef::Reference(member.clone());
+        if !one_of.contains(&reference) {
+            one_of.push(reference);
         }
     }
     registry.schemas.insert(
         name.to_string(),
         MetaSchema {
             description: Some(description),
-            one_of: members
-                .iter()
-                .map(|(_, m)| MetaSchemaRef::Reference(m.clone()))
-                .collect(),
+            one_of,
             discriminator: Some(poem_openapi::registry::MetaDiscriminatorObject {
                 property_name: tag,
                 mapping: members
@@ -142,6 +139,64 @@ pub fn register_tagged(
                     .map(|(v, m)| (v.to_string(), format!("#/components/schemas/{m}")))
                     .collect(),
             }),
+            ..MetaSchema::ANY
+        },
+    );
+}
+
+/// Gives a member (or, for a member that is itself `oneOf`, each of its members) the required
+/// tag property with its values, unless it declares the property itself.
+fn add_tag(registry: &mut Registry, member: &str, tag: &'static str, values: &[Value]) {
+    let Some(schema) = registry.schemas.get_mut(member) else {
+        return;
+    };
+    if !schema.one_of.is_empty() {
+        let inner: Vec<String> = schema
+            .one_of
+            .iter()
+            .filter_map(|r| match r {
+                MetaSchemaRef::Reference(name) => Some(name.clone()),
+                MetaSchemaRef::Inline(_) => None,
+            })
+            .collect();
+        for name in inner {
+            add_tag(registry, &name, tag, values);
+        }
+        return;
+    }
+    if schema.properties.iter().any(|(p, _)| *p == tag) {
+        return;
+    }
+    schema.properties.insert(
+        0,
+        (
+            tag,
+            MetaSchemaRef::Inline(Box::new(MetaSchema {
+                enum_items: values.to_vec(),
+                ..MetaSchema::new("string")
+            })),
+        ),
+    );
+    schema.required.insert(0, tag);
+}
+
+/// Registers a body that is exactly one of its members, told apart by values of a property
+/// each member declares with its own `enum` (`matchMode`): `oneOf` without a `discriminator`,
+/// whose mapping would send each value to one member (a member here stands for several).
+pub fn register_one_of(
+    registry: &mut Registry,
+    name: &'static str,
+    description: &'static str,
+    members: &[String],
+) {
+    registry.schemas.insert(
+        name.to_string(),
+        MetaSchema {
+            description: Some(description),
+            one_of: members
+                .iter()
+                .map(|m| MetaSchemaRef::Reference(m.clone()))
+                .collect(),
             ..MetaSchema::ANY
         },
     );

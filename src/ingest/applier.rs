@@ -15,6 +15,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{
+    after_apply::AfterApply,
     apply_txn::ApplyTxn,
     dedup, effects,
     journal::{self, Journal, JournalEntry},
@@ -58,10 +59,15 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// Starts the applier on the current runtime.
-    pub fn spawn(db: DatabaseConnection, window: Duration) -> Self {
+    /// Starts the applier on the current runtime; `after` works on each group's events in its
+    /// transaction (the automation engine's evaluation).
+    pub fn spawn(
+        db: DatabaseConnection,
+        window: Duration,
+        after: impl AfterApply + 'static,
+    ) -> Self {
         let (stop, stopped) = watch::channel(None);
-        let task = tokio::spawn(run(db, window, stopped));
+        let task = tokio::spawn(run(db, window, Box::new(after), stopped));
         Self { stop, task }
     }
 
@@ -86,11 +92,10 @@ impl Applier {
 async fn run(
     db: DatabaseConnection,
     window: Duration,
+    mut after: Box<dyn AfterApply>,
     mut stopped: watch::Receiver<Option<tokio::time::Instant>>,
 ) {
     let mut last_expiry = tokio::time::Instant::now();
-    // The automation engine's rules, read again only when the configuration changes.
-    let mut rules = crate::engine::evaluate::RulesCache::default();
     let mut failures = 0u32;
     let mut journal = None;
     let mut ahead = ReadAhead::default();
@@ -106,7 +111,7 @@ async fn run(
             Ok(None)
         } else {
             match &journal {
-                Some(j) => apply_next_reading_ahead(j, &mut rules, &mut ahead).await,
+                Some(j) => apply_next_reading_ahead(j, after.as_mut(), &mut ahead).await,
                 // Connections of its own to the journal file, opened on this task's runtime.
                 None => Journal::of_unshared(&db).await.map(|j| {
                     ingest_load = Some(WriterLoad::new(j.shares_write_lock()));
@@ -174,9 +179,9 @@ pub struct Applied {
 /// apply (or another instance holds the applier's lock).
 pub async fn apply_next(
     journal: &Journal,
-    rules: &mut crate::engine::evaluate::RulesCache,
+    after: &mut dyn AfterApply,
 ) -> Result<Option<Applied>, DbErr> {
-    apply_next_reading_ahead(journal, rules, &mut ReadAhead::disabled()).await
+    apply_next_reading_ahead(journal, after, &mut ReadAhead::disabled()).await
 }
 
 /// The next group of a journal file, read and parsed while the current group is written to the
@@ -242,25 +247,25 @@ impl Drop for ReadAhead {
 
 async fn apply_next_reading_ahead(
     journal: &Journal,
-    rules: &mut crate::engine::evaluate::RulesCache,
+    after: &mut dyn AfterApply,
     ahead: &mut ReadAhead,
 ) -> Result<Option<Applied>, DbErr> {
     let (entries, runs_created) = match journal {
         Journal::InDatabase(db) => {
-            let Some(applied) = apply_in_database(db, rules).await? else {
+            let Some(applied) = apply_in_database(db, after).await? else {
                 return Ok(None);
             };
             applied
         }
         Journal::OwnFile { main, file } => {
-            let Some(applied) = apply_from_own_file(main, file, rules, ahead).await? else {
+            let Some(applied) = apply_from_own_file(main, file, after, ahead).await? else {
                 return Ok(None);
             };
             applied
         }
     };
     if runs_created > 0 {
-        crate::engine::processor::wake();
+        after.committed(runs_created);
     }
     let now = Utc::now();
     let lag = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds() as f64 / 1000.0;
@@ -282,7 +287,7 @@ async fn apply_next_reading_ahead(
 /// the applier's lock on PostgreSQL).
 async fn apply_in_database(
     db: &DatabaseConnection,
-    rules: &mut crate::engine::evaluate::RulesCache,
+    after: &mut dyn AfterApply,
 ) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
     // A read without the write lock first: an idle journal costs no lock.
     if journal::oldest(db, 1).await?.is_empty() {
@@ -297,7 +302,7 @@ async fn apply_in_database(
         return Ok(None);
     }
     let mut batches: Vec<&mut Batch> = entries.iter_mut().map(|e| &mut e.batch).collect();
-    let runs_created = effects::write_batches(&txn, &mut batches, rules).await?;
+    let runs_created = effects::write_batches(&txn, &mut batches, after).await?;
     let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
     journal::remove(&txn, &seqs).await?;
     txn.commit().await?;
@@ -312,7 +317,7 @@ async fn apply_in_database(
 async fn apply_from_own_file(
     main: &DatabaseConnection,
     file: &DatabaseConnection,
-    rules: &mut crate::engine::evaluate::RulesCache,
+    after: &mut dyn AfterApply,
     ahead: &mut ReadAhead,
 ) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
     let started = std::time::Instant::now();
@@ -333,7 +338,7 @@ async fn apply_from_own_file(
         return Ok(Some((Vec::new(), 0)));
     }
     let mut batches: Vec<&mut Batch> = entries.iter_mut().map(|e| &mut e.batch).collect();
-    let runs_created = effects::write_batches(&txn, &mut batches, rules).await?;
+    let runs_created = effects::write_batches(&txn, &mut batches, after).await?;
     let written = started.elapsed();
     txn.commit().await?;
     let committed = started.elapsed();

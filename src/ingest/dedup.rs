@@ -219,7 +219,7 @@ impl MemoryWindow {
         let now = Utc::now();
         let since = now - self.window;
         let backend = conn.get_database_backend();
-        let mut after = super::store::time_ordered_floor(since);
+        let mut after = crate::ids::time_ordered_floor(since);
         loop {
             let rows = conn
                 .query_all_raw(Statement::from_sql_and_values(

@@ -3,6 +3,7 @@
 //! (into the journal), and the applier behind it (identity resolution and the effects on the
 //! customer model). Knows nothing of HTTP responses.
 
+pub mod after_apply;
 pub mod applier;
 pub mod apply_txn;
 pub mod dedup;

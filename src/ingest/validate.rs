@@ -58,7 +58,7 @@ pub enum Effect {
 /// by these field names.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AcceptedEvent {
-    /// The event's id from acceptance on (time-ordered: see `store::time_ordered_id`).
+    /// The event's id from acceptance on (time-ordered: see `crate::ids::time_ordered_id`).
     pub id: String,
     /// Position in the request's `events`.
     pub index: usize,
@@ -861,7 +861,7 @@ fn validate_event(
     };
     let data = event_data(members, kind == "form")?;
     Ok(AcceptedEvent {
-        id: super::store::time_ordered_id(),
+        id: crate::ids::time_ordered_id(),
         index,
         event_type: kind.to_string(),
         event_name,

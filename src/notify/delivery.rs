@@ -249,7 +249,7 @@ pub fn pending_row(
     let now = Utc::now();
     notification_delivery::ActiveModel {
         // Time-ordered: automation runs write these at ingest's pace (see engine::runs).
-        id: Set(crate::ingest::store::time_ordered_id()),
+        id: Set(crate::ids::time_ordered_id()),
         organization_id: Set(organization_id.to_string()),
         destination_id: Set(destination_id.to_string()),
         payload: Set(body.clone()),

@@ -2,6 +2,7 @@
 //! incoming-webhook messages to Slack, with retries now and, durably, later.
 
 pub mod delivery;
+pub mod destinations;
 pub mod signing;
 pub mod worker;
 

@@ -30,12 +30,12 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     crypto::{mask, SecretBox},
-    engine::config::{compile_signal, parse_audience, parse_trigger, under},
-    platform::{
-        self, automations, config_hash,
-        destinations::{self as dest_domain, check_endpoint_url, check_slack_url},
-        PlatformError, SCHEMA_VERSION,
+    engine::{
+        automations,
+        config::{compile_signal, parse_audience, parse_trigger, under},
     },
+    notify::destinations::{self as dest_domain, check_endpoint_url, check_slack_url},
+    platform::{config_hash, PlatformError, SCHEMA_VERSION},
     validation::{parse_from, PathSegment, ValidationIssue},
 };
 
@@ -638,7 +638,7 @@ async fn check_automations<C: ConnectionTrait>(
         }
         let agent_id = match &spec.agent_id {
             None => None,
-            Some(agent) => match platform::agents::get(conn, org, agent).await {
+            Some(agent) => match crate::agents::definition::get(conn, org, agent).await {
                 Ok(a) => Some(a.id),
                 Err(PlatformError::NotFound(_)) => {
                     problems.at(at("agentId"), "no such agent in this organization");

@@ -29,8 +29,10 @@ use serde_json::json;
 
 use crate::{
     crypto::SecretBox,
+    engine::automations::link,
+    notify::destinations::new_signing_secret,
     ops::bench_ingest::{self, BenchOptions, BodyFn},
-    platform::{automations::link, config_hash, destinations::new_signing_secret},
+    platform::config_hash,
 };
 
 /// Options of a run.

@@ -98,7 +98,7 @@ fn insert_rows(
                 };
                 let at = chrono::Utc::now().format("%F %T%.6f%:z").to_string();
                 insert.execute(params![
-                    crate::ingest::store::time_ordered_id(),
+                    crate::ids::time_ordered_id(),
                     org,
                     // Analytics SDKs send random (version 4) message ids.
                     uuid::Uuid::new_v4().to_string(),

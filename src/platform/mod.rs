@@ -2,12 +2,8 @@
 //! Functions here take a connection and plain values and return [`PlatformError`]; the API layer
 //! maps that to the command envelope.
 
-pub mod agents;
 pub mod audit;
-pub mod automations;
-pub mod destinations;
 pub mod paging;
-pub mod signals;
 
 use sea_orm::DbErr;
 

@@ -640,7 +640,7 @@ impl Inner {
         tracing::info!(
             artifacts = count,
             elapsed_ms = started.elapsed().as_millis() as u64,
-            memory = %crate::memory::MemoryReport::with_search_index(self.memory_bytes()),
+            index_bytes = self.memory_bytes(),
             "search index built"
         );
         Ok(())

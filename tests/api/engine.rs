@@ -812,6 +812,24 @@ db_test!(
             r.body["error"]["details"]["issues"][0]["path"],
             json!(["triggerJson", "cron"])
         );
+        // `AT_LEAST` takes its own `triggerJson`, where `atLeast` is required; `ANY` and `ALL`
+        // leave it unread.
+        let body = on_signals(&[&sig], &[&dest], "AT_LEAST", json!({"window": "2d"}));
+        let r = app
+            .post("/api/automations", "/api/automations", &o.key, Some(body))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert_eq!(
+            r.body["error"]["details"]["issues"][0]["path"],
+            json!(["triggerJson", "atLeast"]),
+            "{}",
+            r.body
+        );
+        let body = on_signals(&[&sig], &[&dest], "ALL", json!({"atLeast": 1}));
+        let r = app
+            .post("/api/automations", "/api/automations", &o.key, Some(body))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         // Stored JSON that does not fit: 409 on enable, naming the field.
         let id = create_automation(&app, &o, on_signals(&[&sig], &[&dest], "ANY", json!({}))).await;
         let row = automation::Entity::find_by_id(id.clone())

@@ -1238,7 +1238,7 @@ async fn one_group_sees_its_own_identity_writes() {
         let journal = custintel::ingest::journal::Journal::of(&state.db)
             .await
             .expect("journal");
-        let mut rules = Default::default();
+        let mut rules = custintel::engine::evaluate::RulesCache::default();
         let applied = custintel::ingest::applier::apply_next(&journal, &mut rules)
             .await
             .expect("apply")

@@ -2,6 +2,7 @@
 //! main file are moved in, rows the applied mark covers are neither applied again nor shown
 //! twice, and two appliers racing for the same batches apply them once.
 
+use custintel::engine::evaluate::RulesCache;
 use custintel::ingest::{
     applier::apply_next,
     journal::{self, Journal},
@@ -73,7 +74,7 @@ async fn own_file_journal_applies_each_batch_once() {
     assert_eq!(journal.backlog(None).await.expect("backlog").batches, 1);
     assert_eq!(events_in_view(&state, &org).await, 1, "pending, shown once");
 
-    let mut rules = Default::default();
+    let mut rules = RulesCache::default();
     let applied = apply_next(&journal, &mut rules).await.expect("apply");
     assert_eq!(applied.map(|a| a.events), Some(1));
     let mark = journal::applied_through(&db).await.expect("mark");
@@ -125,7 +126,7 @@ async fn own_file_journal_applies_each_batch_once() {
         journal::append(journal.conn(), &refs)
             .await
             .expect("append");
-        let (mut a, mut b) = (Default::default(), Default::default());
+        let (mut a, mut b) = (RulesCache::default(), RulesCache::default());
         let (x, y) = tokio::join!(apply_next(&journal, &mut a), apply_next(&racing, &mut b));
         x.expect("first applier");
         y.expect("second applier");
@@ -156,8 +157,8 @@ async fn racing_appliers_reading_ahead_apply_each_batch_once() {
     let other_main = second_pool(&tmp).await;
     let window = std::time::Duration::from_secs(3600);
     let appliers = [
-        custintel::ingest::applier::Applier::spawn(db.clone(), window),
-        custintel::ingest::applier::Applier::spawn(other_main, window),
+        custintel::ingest::applier::Applier::spawn(db.clone(), window, RulesCache::default()),
+        custintel::ingest::applier::Applier::spawn(other_main, window, RulesCache::default()),
     ];
     const ROUNDS: usize = 40;
     const PER_ROUND: usize = 5;

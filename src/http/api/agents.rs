@@ -10,13 +10,13 @@ use serde_json::Value;
 
 use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
+    agents::definition as agents,
     agents::run_records,
     command_data,
     http::api::ApiKeyAuth,
     http::envelope::{ActionResponse, ResourceRef},
     http::request::JsonBody,
     http::types::{ts_opt, Nullable, Timestamp},
-    platform::agents,
 };
 use entity::{agent, agent_run};
 

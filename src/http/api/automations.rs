@@ -15,14 +15,15 @@ use super::{
 };
 use crate::{
     command_data,
+    engine::automations::{self, AutomationView},
     http::api::ApiKeyAuth,
     http::envelope::ActionResponse,
     http::request::JsonBody,
     http::typed_json::{
-        AudienceFilterJson, ContractJson, ScheduleTriggerJson, SignalOccurrenceTriggerJson,
+        AtLeastSignalOccurrenceTriggerJson, AudienceFilterJson, ContractJson, ScheduleTriggerJson,
+        SignalOccurrenceTriggerJson,
     },
     http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
-    platform::automations::{self, AutomationView},
 };
 use entity::automation_run::AutomationRunStatus;
 
@@ -45,6 +46,24 @@ pub enum MatchMode {
     AtLeast,
 }
 
+/// `matchMode` of a `SIGNAL_OCCURRENCE` automation that counts its linked signals without a
+/// bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AnyOrAllMatchMode {
+    Any,
+    All,
+}
+
+/// `matchMode` of a `SIGNAL_OCCURRENCE` automation that needs `atLeast` of its linked signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum, Deserialize)]
+#[oai(rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AtLeastMatchMode {
+    AtLeast,
+}
+
 /// Who manages a configuration resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
 pub enum ManagedBy {
@@ -57,7 +76,7 @@ pub enum ManagedBy {
 /// Declares one member of [`AutomationCreate`]: the fields every new automation has, with the
 /// `triggerJson` of its trigger type.
 macro_rules! automation_create_member {
-    ($name:ident, $doc:literal, $trigger:ty) => {
+    ($name:ident, $doc:literal, $match_mode:ty, $trigger:ty) => {
         #[doc = $doc]
         #[derive(Debug, Deserialize, Object)]
         #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -79,7 +98,7 @@ macro_rules! automation_create_member {
             /// the message template.
             #[serde(default)]
             pub agent_id: Clearable<String>,
-            pub match_mode: MatchMode,
+            pub match_mode: $match_mode,
             /// Ids of the organization's signals (none when left out).
             pub signal_ids: Option<Vec<String>>,
             /// Ids of the organization's destinations (none when left out).
@@ -108,16 +127,54 @@ macro_rules! automation_create_member {
 }
 
 automation_create_member!(
-    SignalOccurrenceAutomationCreate,
-    "A new automation that runs when its linked signals occur (by `matchMode`). `atLeast` in \
-     `triggerJson` is required when `matchMode` is `AT_LEAST`.",
+    AnyOrAllSignalOccurrenceAutomationCreate,
+    "A new automation that runs when any (`ANY`) or every (`ALL`, within `window`) linked \
+     signal has occurred for a subject.",
+    AnyOrAllMatchMode,
     SignalOccurrenceTriggerJson
 );
+automation_create_member!(
+    AtLeastSignalOccurrenceAutomationCreate,
+    "A new automation that runs when `atLeast` distinct linked signals have occurred for a \
+     subject within `window`.",
+    AtLeastMatchMode,
+    AtLeastSignalOccurrenceTriggerJson
+);
+
+/// A new automation that runs when its linked signals occur, by `matchMode`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum SignalOccurrenceAutomationCreate {
+    AnyOrAll(AnyOrAllSignalOccurrenceAutomationCreate),
+    AtLeast(AtLeastSignalOccurrenceAutomationCreate),
+}
+
+crate::body_of_members!(
+    SignalOccurrenceAutomationCreate,
+    [
+        AnyOrAllSignalOccurrenceAutomationCreate,
+        AtLeastSignalOccurrenceAutomationCreate
+    ],
+    |registry| {
+        crate::http::typed_json::register_one_of(
+            registry,
+            "SignalOccurrenceAutomationCreate",
+            "A new automation that runs when its linked signals occur: `ANY` or `ALL` of them, \
+             or `AT_LEAST` a number of them (`atLeast` in `triggerJson`).",
+            &[
+                AnyOrAllSignalOccurrenceAutomationCreate::name().into_owned(),
+                AtLeastSignalOccurrenceAutomationCreate::name().into_owned(),
+            ],
+        );
+    }
+);
+
 automation_create_member!(
     ScheduleAutomationCreate,
     "A new automation that runs on a schedule: each run is one digest of the subjects in the \
      audience whose linked signals occurred since the previous run (the whole audience when no \
      signal is linked).",
+    MatchMode,
     ScheduleTriggerJson
 );
 
@@ -169,10 +226,32 @@ impl From<MatchMode> for automations::MatchMode {
     }
 }
 
+impl From<AnyOrAllMatchMode> for automations::MatchMode {
+    fn from(value: AnyOrAllMatchMode) -> Self {
+        match value {
+            AnyOrAllMatchMode::Any => Self::Any,
+            AnyOrAllMatchMode::All => Self::All,
+        }
+    }
+}
+
+impl From<AtLeastMatchMode> for automations::MatchMode {
+    fn from(value: AtLeastMatchMode) -> Self {
+        match value {
+            AtLeastMatchMode::AtLeast => Self::AtLeast,
+        }
+    }
+}
+
 impl From<AutomationCreate> for automations::NewAutomation {
     fn from(body: AutomationCreate) -> Self {
         match body {
-            AutomationCreate::SignalOccurrence(b) => b.into_new(TriggerType::SignalOccurrence),
+            AutomationCreate::SignalOccurrence(SignalOccurrenceAutomationCreate::AnyOrAll(b)) => {
+                b.into_new(TriggerType::SignalOccurrence)
+            }
+            AutomationCreate::SignalOccurrence(SignalOccurrenceAutomationCreate::AtLeast(b)) => {
+                b.into_new(TriggerType::SignalOccurrence)
+            }
             AutomationCreate::Schedule(b) => b.into_new(TriggerType::Schedule),
         }
     }

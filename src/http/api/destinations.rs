@@ -13,7 +13,7 @@ use crate::{
     http::envelope::{ActionResponse, ResourceRef},
     http::request::JsonBody,
     http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
-    platform::destinations,
+    notify::destinations,
 };
 use entity::destination;
 

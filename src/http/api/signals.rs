@@ -10,12 +10,12 @@ use serde_json::Value;
 use super::{action_ctx, automations::ManagedBy, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     command_data,
+    engine::signals,
     http::api::ApiKeyAuth,
     http::envelope::{ActionResponse, ResourceRef},
     http::request::JsonBody,
     http::typed_json::{ContractJson, EventMatchDefinitionJson},
     http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
-    platform::signals,
 };
 use entity::signal;
 

@@ -20,9 +20,8 @@ use chrono::{DateTime, Utc};
 use entity::{customer, engagement_session, user, visitor};
 use sea_orm::{ConnectionTrait, DbErr};
 
-use crate::engine::{self, evaluate::AppliedEvent};
-
 use super::{
+    after_apply::AfterApply,
     apply_txn::ApplyTxn,
     store::EventRow,
     validate::{AcceptedEvent, Batch, Effect},
@@ -77,16 +76,16 @@ struct Group {
 /// applier's, which also removes them from the journal). Their `messageId` repeats were
 /// dropped when they were acknowledged.
 ///
-/// Then the automation engine evaluates the events against the organizations' signals (after
-/// the effects, so each event's user and customer are resolved); returns how many automation
-/// runs that created.
+/// Then `after` works on the events (the automation engine evaluates them against the
+/// organizations' signals, after the effects, so each event's user and customer are resolved);
+/// returns how many automation runs that created.
 ///
 /// Each event's text fields are moved into its row, not copied: the batches are left without
 /// them.
 pub async fn write_batches(
     conn: &ApplyTxn,
     batches: &mut [&mut Batch],
-    rules: &mut engine::evaluate::RulesCache,
+    after: &mut dyn AfterApply,
 ) -> Result<usize, DbErr> {
     // Where an apply's time goes, for `RUST_LOG=custintel::ingest=debug`.
     let started = std::time::Instant::now();
@@ -119,18 +118,7 @@ pub async fn write_batches(
         }
     }
     let effects_done = started.elapsed();
-    let rules = rules.get(conn).await?;
-    // Only events some signal names are copied for evaluation.
-    let candidates: Vec<AppliedEvent> = if rules.is_empty() {
-        Vec::new()
-    } else {
-        group
-            .rows
-            .iter()
-            .filter(|r| rules.wants(&r.organization_id, &r.event_type, r.event_name.as_deref()))
-            .cloned()
-            .collect()
-    };
+    let candidates = after.select(conn, &group.rows).await?;
     let identity_time = group.identity_time;
     let rows = std::mem::take(&mut group.rows);
     let events = rows.len();
@@ -138,7 +126,7 @@ pub async fn write_batches(
     let inserted = started.elapsed();
     flush(conn, group).await?;
     let flushed = started.elapsed();
-    let runs = engine::evaluate::evaluate(conn, &rules, &candidates).await?;
+    let runs = after.apply(conn, &candidates).await?;
     tracing::debug!(
         events,
         candidates = candidates.len(),

@@ -22,10 +22,11 @@ use conversations::*;
 use platform::*;
 
 use crate::crypto::{mask, SecretBox};
+use crate::notify::destinations::new_signing_secret;
 use crate::ops::import::{
     self, CustomerRecord, FactRecord, ImportRecord, SourceRecord, UserRecord, WorkspaceUserRecord,
 };
-use crate::platform::{config_hash, destinations::new_signing_secret, SCHEMA_VERSION};
+use crate::platform::{config_hash, SCHEMA_VERSION};
 use entity::{
     agent, automation, automation_destination,
     automation_run::AutomationRunStatus,

@@ -9,7 +9,7 @@ use sea_orm::{
 };
 use serde_json::{json, Value};
 
-use super::{
+use crate::platform::{
     config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
     ResourceRef,
 };
@@ -43,17 +43,6 @@ pub struct NewDestination {
     pub url: Option<String>,
     pub webhook_url: Option<String>,
 }
-
-/// [`check_endpoint_url`]'s rule as a pattern, for the description: an `https://` URL with a
-/// host name (a label with a letter last) and an optional port, or `http://` to a loopback host;
-/// the rest printable ASCII (a URL's own alphabet; other text is percent-encoded).
-/// Every URL it admits passes the check (a unit test holds the two together).
-pub const ENDPOINT_URL_PATTERN: &str = concat!(
-    r"^(https://([A-Za-z0-9-]+\.)*[A-Za-z0-9-]*[A-Za-z][A-Za-z0-9-]*",
-    r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
-    r"([/?#][!-~]*)?",
-    r"|http://(localhost|127\.0\.0\.1|\[::1\]|::1)([:/][!-~]*)?)$"
-);
 
 /// The spec's rule for webhook URLs: `https://`, or plain `http://` to a loopback host.
 pub fn check_endpoint_url(url: &str) -> Result<(), String> {
@@ -214,7 +203,7 @@ pub async fn create(
         provider_error_code: Set(None),
         provider_error_message: Set(None),
         is_default: Set(is_default),
-        schema_version: Set(super::SCHEMA_VERSION.to_string()),
+        schema_version: Set(crate::platform::SCHEMA_VERSION.to_string()),
         archived_at: Set(None),
         created_at: Set(now),
         updated_at: Set(now),
@@ -363,6 +352,7 @@ pub async fn disable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation::patterns::ENDPOINT_URL_PATTERN;
 
     /// Every URL the description's pattern admits passes the server's check.
     #[test]

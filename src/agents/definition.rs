@@ -7,9 +7,9 @@ use sea_orm::{
 };
 use serde_json::json;
 
-use super::{ActionContext, Change, PlatformError, PlatformResult, ResourceRef};
+use super::schedules::{Schedule, ScheduleError};
 use crate::{
-    agents::schedules::{Schedule, ScheduleError},
+    platform::{ActionContext, Change, PlatformError, PlatformResult, ResourceRef},
     validation::{Issues, ValidationIssue},
 };
 use entity::agent;

@@ -1,6 +1,10 @@
 //! Validation issues (`{path, message}`) and serde parsing that reports the path of what does
 //! not fit. Shared by every domain module; the HTTP side turns issues into its error bodies.
 
+pub mod patterns;
+
+use patterns::pattern_message;
+
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -205,42 +209,12 @@ pub fn schema_issues(validator: &jsonschema::Validator, input: &Value) -> Vec<Va
 }
 
 /// A value as an issue quotes it: strings without their JSON quotes.
-fn shown(value: &Value) -> String {
+pub(crate) fn shown(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
 }
-
-/// What a value that does not match `pattern` should be, in words (a pattern is no message;
-/// one lists every time zone).
-fn pattern_message(pattern: &str, value: &Value) -> String {
-    let shown = shown(value);
-    if pattern == DURATION_PATTERN {
-        format!("`{shown}` is not a duration: a whole number from 1 to 100000 followed by h, d or w, e.g. `7d`")
-    } else if pattern == r"\S" {
-        "must not be empty".to_string()
-    } else if pattern == crate::agents::schedules::CRON_PATTERN {
-        format!(
-            "`{shown}` is not a cron expression: five fields (minute hour day-of-month month \
-             day-of-week) of numbers, `*`, `a-b` ranges, `,` lists and `/n` steps, e.g. `0 9 * * 1-5`"
-        )
-    } else if pattern == crate::platform::destinations::ENDPOINT_URL_PATTERN {
-        "must start with https:// and a host name, or with http:// followed by localhost, \
-         127.0.0.1, [::1] or ::1 and then a port, a path or the end"
-            .to_string()
-    } else if pattern == crate::engine::contract::time_zone_pattern() {
-        format!("`{shown}` is not an IANA time zone (e.g. `UTC`, `Europe/Berlin`)")
-    } else if pattern.contains("whsec_") {
-        "must be the endpoint's signing secret, starting with `whsec_`".to_string()
-    } else {
-        format!("`{shown}` is not in the form this field takes (see its description)")
-    }
-}
-
-/// A duration as DESIGN.md writes it: a whole number from 1 to 100000 followed by `h`, `d` or
-/// `w`. Issues with it say so in words.
-pub const DURATION_PATTERN: &str = r"^\s*0*([1-9][0-9]{0,4}|100000)[hdw]\s*$";
 
 /// Rewrites, in place and at every depth, each `oneOf` whose members all pin one property to a
 /// single value (a tagged union) as `if`/`then` on that property: a body then gets the issues of
@@ -267,12 +241,29 @@ pub fn discriminate(schema: &mut Value, resolve: &dyn Fn(&Value) -> Option<Value
 }
 
 /// The values a member pins `property` to (`const`, or an `enum`, itself perhaps behind a
-/// `$ref`), when it requires it.
+/// `$ref`), when it requires it. A member that is itself a union pins the values its members
+/// pin, when every one of them does.
 fn pinned(
     member: &Value,
     property: &str,
     resolve: &dyn Fn(&Value) -> Option<Value>,
 ) -> Option<Vec<Value>> {
+    if let Some(inner) = member
+        .get("oneOf")
+        .or_else(|| member.get("anyOf"))
+        .and_then(Value::as_array)
+    {
+        let mut values: Vec<Value> = Vec::new();
+        for m in inner {
+            let m = resolve(m).unwrap_or_else(|| m.clone());
+            for v in pinned(&m, property, resolve)? {
+                if !values.contains(&v) {
+                    values.push(v);
+                }
+            }
+        }
+        return Some(values);
+    }
     let required = member.get("required")?.as_array()?;
     if !required.iter().any(|r| r.as_str() == Some(property)) {
         return None;

@@ -7,14 +7,12 @@ use sea_orm::{
 };
 use serde_json::{json, Value};
 
-use super::{
+use super::config::{compile_signal, under};
+use crate::platform::{
     config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
     ResourceRef,
 };
-use crate::{
-    engine::config::{compile_signal, under},
-    validation::Issues,
-};
+use crate::validation::Issues;
 use entity::signal::{self, SignalKind};
 
 /// A new signal. Only `EVENT_MATCH` signals can be created through the API.
@@ -92,7 +90,7 @@ pub async fn create(
         kind: Set(SignalKind::EventMatch),
         config_hash: Set(Some(config_hash(&definition))),
         definition: Set(definition),
-        schema_version: Set(super::SCHEMA_VERSION.into()),
+        schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
         archived_at: Set(None),
         created_at: Set(now),
         updated_at: Set(now),

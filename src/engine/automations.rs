@@ -11,7 +11,7 @@ use sea_orm::{
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
+use crate::platform::{
     config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
     ResourceRef,
 };
@@ -227,17 +227,17 @@ fn unmet_requirements(view: &AutomationView) -> Vec<String> {
     // Stored JSON that no longer fits (written before the engine read it, or by hand).
     let a = &view.automation;
     let stored = [
-        crate::engine::config::parse_trigger(
+        super::config::parse_trigger(
             &a.trigger_type,
             &a.match_mode,
             &a.trigger_json,
             view.active_signals(),
         )
         .err()
-        .map(|issues| crate::engine::config::under(&["triggerJson"], issues)),
-        crate::engine::config::parse_audience(&a.audience_filter_json)
+        .map(|issues| super::config::under(&["triggerJson"], issues)),
+        super::config::parse_audience(&a.audience_filter_json)
             .err()
-            .map(|issues| crate::engine::config::under(&["audienceFilterJson"], issues)),
+            .map(|issues| super::config::under(&["audienceFilterJson"], issues)),
     ];
     for issue in stored.into_iter().flatten().flatten() {
         unmet.push(format!("{}: {}", describe_path(&issue.path), issue.message));
@@ -286,7 +286,7 @@ pub async fn enable(
             destinations,
         } = view;
         let now = Utc::now();
-        let next_run = crate::engine::schedules::next_run(&automation, now);
+        let next_run = super::schedules::next_run(&automation, now);
         let mut model = automation.into_active_model();
         model.enabled = Set(true);
         model.enabled_at = Set(Some(now));
@@ -396,7 +396,7 @@ pub async fn create(
     // (409 there): signals are archived and linked after a create too.
     let active_signals = usize::MAX;
     let trigger_value = Value::Object(body.trigger_json.clone().into_iter().collect());
-    if let Err(found) = crate::engine::config::parse_trigger(
+    if let Err(found) = super::config::parse_trigger(
         body.trigger_type.as_str(),
         body.match_mode.as_str(),
         &trigger_value,
@@ -404,19 +404,22 @@ pub async fn create(
     ) {
         issues
             .0
-            .extend(crate::engine::config::under(&["triggerJson"], found));
+            .extend(super::config::under(&["triggerJson"], found));
     }
     if let Some(audience) = &body.audience_filter_json {
         let audience = Value::Object(audience.clone().into_iter().collect());
-        if let Err(found) = crate::engine::config::parse_audience(&audience) {
+        if let Err(found) = super::config::parse_audience(&audience) {
             issues
                 .0
-                .extend(crate::engine::config::under(&["audienceFilterJson"], found));
+                .extend(super::config::under(&["audienceFilterJson"], found));
         }
     }
     let agent_id = body.agent_id.value();
     if let Some(agent) = &agent_id {
-        if super::agents::get(&txn, &org, agent).await.is_err() {
+        if crate::agents::definition::get(&txn, &org, agent)
+            .await
+            .is_err()
+        {
             unknown.push(format!("agent `{agent}`"));
         }
     }
@@ -473,7 +476,7 @@ pub async fn create(
         audience_filter_json: Set(audience),
         agent_id: Set(agent_id),
         match_mode: Set(match_mode.into()),
-        schema_version: Set(super::SCHEMA_VERSION.into()),
+        schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
         config_hash: Set(Some(hash)),
         archived_at: Set(None),
         last_run_at: Set(None),
