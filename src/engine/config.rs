@@ -5,9 +5,10 @@
 //! Every parser returns the issues it finds with paths relative to the JSON it was given, so a
 //! create answers 400 naming the field and an enable answers 409 naming it too.
 
+pub use super::contract::{Dedupe, Grain, Resolver};
 use std::str::FromStr;
 
-use chrono::{DateTime, Datelike, Duration, Utc};
+use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 use entity::{
     customer::{self, BillingStatus},
@@ -51,31 +52,6 @@ pub fn under(prefix: &[&str], issues: Issues) -> Issues {
 /// A window in the `<n>h|d|w` form DESIGN.md uses (the tools' durations, zero excluded).
 pub fn parse_span(raw: &str) -> Option<Duration> {
     crate::tools::common::duration(raw).filter(|d| *d > Duration::zero())
-}
-
-/// How often a subject may start a run of one automation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Dedupe {
-    Hour,
-    Day,
-    Week,
-    None,
-}
-
-impl Dedupe {
-    /// The bucket an instant falls in (UTC calendar hour, day or ISO week); `None` for `none`.
-    pub fn bucket(self, at: DateTime<Utc>) -> Option<String> {
-        match self {
-            Dedupe::Hour => Some(at.format("%Y-%m-%dT%H").to_string()),
-            Dedupe::Day => Some(at.format("%Y-%m-%d").to_string()),
-            Dedupe::Week => {
-                let w = at.iso_week();
-                Some(format!("{}-W{:02}", w.year(), w.week()))
-            }
-            Dedupe::None => None,
-        }
-    }
 }
 
 /// How the linked signals combine for a subject.
@@ -319,57 +295,6 @@ impl Audience {
             }
         }
         Ok(())
-    }
-}
-
-/// What an occurrence is about.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Grain {
-    User,
-    Customer,
-}
-
-impl Grain {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Grain::User => "user",
-            Grain::Customer => "customer",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "user" => Some(Grain::User),
-            "customer" => Some(Grain::Customer),
-            _ => None,
-        }
-    }
-}
-
-/// The identifier that must be known for a subject; its value is the subject's key.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum Resolver {
-    UserId,
-    Email,
-    CustomerId,
-    VisitorId,
-}
-
-impl Resolver {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "userId" => Some(Resolver::UserId),
-            "email" => Some(Resolver::Email),
-            "customerId" => Some(Resolver::CustomerId),
-            "visitorId" => Some(Resolver::VisitorId),
-            _ => None,
-        }
     }
 }
 

@@ -7,12 +7,12 @@
 
 use std::{collections::BTreeMap, sync::LazyLock};
 
+use chrono::{DateTime, Datelike, Utc};
 use entity::customer::BillingStatus;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::config::{Dedupe, Grain, Resolver};
 use super::matching::Operator;
 use crate::{
     tools::list_users::Stage,
@@ -21,6 +21,82 @@ use crate::{
         Contract,
     },
 };
+
+/// How often a subject may start a run of one automation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Dedupe {
+    Hour,
+    Day,
+    Week,
+    None,
+}
+
+impl Dedupe {
+    /// The bucket an instant falls in (UTC calendar hour, day or ISO week); `None` for `none`.
+    pub fn bucket(self, at: DateTime<Utc>) -> Option<String> {
+        match self {
+            Dedupe::Hour => Some(at.format("%Y-%m-%dT%H").to_string()),
+            Dedupe::Day => Some(at.format("%Y-%m-%d").to_string()),
+            Dedupe::Week => {
+                let w = at.iso_week();
+                Some(format!("{}-W{:02}", w.year(), w.week()))
+            }
+            Dedupe::None => None,
+        }
+    }
+}
+
+/// What an occurrence is about.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Grain {
+    User,
+    Customer,
+}
+
+impl Grain {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Grain::User => "user",
+            Grain::Customer => "customer",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "user" => Some(Grain::User),
+            "customer" => Some(Grain::Customer),
+            _ => None,
+        }
+    }
+}
+
+/// The identifier that must be known for a subject; its value is the subject's key.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Resolver {
+    UserId,
+    Email,
+    CustomerId,
+    VisitorId,
+}
+
+impl Resolver {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "userId" => Some(Resolver::UserId),
+            "email" => Some(Resolver::Email),
+            "customerId" => Some(Resolver::CustomerId),
+            "visitorId" => Some(Resolver::VisitorId),
+            _ => None,
+        }
+    }
+}
 
 /// Whether every property condition must hold (`ALL`) or one (`ANY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]

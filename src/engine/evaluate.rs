@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     config::{self, Combine, Grain, Pattern, Resolver, SignalRule, SignalTrigger},
-    runs,
+    runs::{self, Subject},
 };
 use crate::timestamp;
 
@@ -289,7 +289,7 @@ impl crate::ingest::after_apply::AfterApply for RulesCache {
     }
 
     fn committed(&self, _runs_created: usize) {
-        super::processor::wake();
+        super::runs::wake();
     }
 }
 
@@ -314,29 +314,6 @@ async fn config_version<C: ConnectionTrait>(conn: &C) -> Result<String, DbErr> {
         Some(r) => r.try_get_by_index::<String>(0)?,
         None => String::new(),
     })
-}
-
-/// Who an occurrence is about.
-#[derive(Debug, Clone)]
-pub struct Subject {
-    pub grain: Grain,
-    /// A user's or customer's id, or `visitor:{visitorId}`.
-    pub id: String,
-    pub key: String,
-    pub name: Option<String>,
-    pub customer_id: Option<String>,
-}
-
-impl Subject {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "grain": self.grain.as_str(),
-            "id": self.id,
-            "key": self.key,
-            "name": self.name,
-            "customerId": self.customer_id,
-        })
-    }
 }
 
 /// Users and customers the candidates name, loaded once.

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use super::{
     config::{self, Grain, Pattern},
-    evaluate::{resolve_subject, AppliedEvent, Identities, LoadedSignal, Subject},
+    evaluate::{resolve_subject, AppliedEvent, Identities, LoadedSignal},
     processor,
+    runs::Subject,
 };
 use crate::{
     engine::automations as platform_automations,

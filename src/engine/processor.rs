@@ -23,7 +23,7 @@ use entity::{
 };
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::{json, Value};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::{
     config, digest,
@@ -76,16 +76,6 @@ pub fn set_paused(paused: bool) {
     PAUSED.store(paused, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn wakeup() -> &'static Notify {
-    static WAKE: OnceLock<Notify> = OnceLock::new();
-    WAKE.get_or_init(Notify::new)
-}
-
-/// Tells this process's processors that runs were created (they also poll).
-pub fn wake() {
-    wakeup().notify_waiters();
-}
-
 /// Claims runs in one write transaction (the claim and the automations' last-run status), after
 /// a read that finds some due: an idle processor polls without taking SQLite's write lock.
 async fn claim(
@@ -116,7 +106,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         // Whether the oldest run of the latest claim had waited longer than MOST_GIVING_WAY.
         let mut behind = false;
         loop {
-            let woken = wakeup().notified();
+            let woken = runs::new_runs().notified();
             if last_sweep.elapsed() >= SWEEP_EVERY {
                 last_sweep = tokio::time::Instant::now();
                 let db = state.db.clone();

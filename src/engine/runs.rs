@@ -15,11 +15,43 @@ use sea_orm::{
 };
 use serde_json::{json, Value};
 
-use super::{
-    config::SignalTrigger,
-    evaluate::{AppliedEvent, Subject},
-};
+use super::{config::SignalTrigger, contract::Grain};
+use crate::ingest::store::EventRow as AppliedEvent;
 use crate::timestamp;
+
+/// Who an occurrence is about.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    pub grain: Grain,
+    /// A user's or customer's id, or `visitor:{visitorId}`.
+    pub id: String,
+    pub key: String,
+    pub name: Option<String>,
+    pub customer_id: Option<String>,
+}
+
+impl Subject {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "grain": self.grain.as_str(),
+            "id": self.id,
+            "key": self.key,
+            "name": self.name,
+            "customerId": self.customer_id,
+        })
+    }
+}
+
+/// Where this process's processors wait for new runs (they also poll).
+pub(super) fn new_runs() -> &'static tokio::sync::Notify {
+    static NEW_RUNS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    NEW_RUNS.get_or_init(tokio::sync::Notify::new)
+}
+
+/// Tells this process's processors that runs were created.
+pub fn wake() {
+    new_runs().notify_waiters();
+}
 
 /// A new run row (status `PENDING`).
 pub fn new_run(

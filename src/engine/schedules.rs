@@ -13,7 +13,7 @@ use sea_orm::{
 };
 use serde_json::{json, Value};
 
-use super::{config, processor, runs};
+use super::{config, runs};
 use crate::timestamp;
 
 /// How often each instance looks for due schedules.
@@ -91,7 +91,7 @@ pub async fn tick(db: &DatabaseConnection) -> Result<usize, DbErr> {
         txn.commit().await?;
     }
     if started > 0 {
-        processor::wake();
+        runs::wake();
     }
     Ok(started)
 }

@@ -26,11 +26,16 @@ pub fn prepare(doc: &Value) -> &'static BodyContracts {
 }
 
 /// Checks a body against the component `name`; a name the description has no request body
-/// of passes (its type is checked by deserializing alone).
+/// of passes (its type is checked by deserializing alone). The application prepares the
+/// contracts before it serves ([`prepare`]); a process that did not is refused rather than
+/// left unchecked.
 pub fn check(name: &str, body: &Value) -> Result<(), Vec<ValidationIssue>> {
-    BODIES
-        .get_or_init(|| BodyContracts::from_description(&super::server::openapi_value()))
-        .check(name, body)
+    match BODIES.get() {
+        Some(bodies) => bodies.check(name, body),
+        None => Err(vec![ValidationIssue::root(
+            "request bodies cannot be checked: this process did not load the API description",
+        )]),
+    }
 }
 
 const PREFIX: &str = "#/components/schemas/";

@@ -500,7 +500,11 @@ pub fn trait_equals(
 
 /// A trait value carried by at most this many records is rare: a list filtered by it reads
 /// its records from the trait index (`trait_values`) instead of checking traits row by row.
-pub const RARE_TRAIT_RECORDS: u64 = super::few_matches_page::FEW_MATCHES;
+pub const RARE_TRAIT_RECORDS: u64 = FEW_MATCHES;
+
+/// Matches a filter may have for its list to be read by
+/// [`super::few_matches_page::few_matches_page`].
+pub const FEW_MATCHES: u64 = 5_000;
 
 /// A trait filter value as the trait index holds it: strings of up to 200 characters and
 /// booleans (see the `trait_values` migration); `None` for values it does not hold.

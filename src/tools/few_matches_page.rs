@@ -6,7 +6,7 @@
 //! filter gives its matches in the wrong order. So the matches' sort keys (`id`,
 //! `last_activity_at`) are read at once through the filter's index, ordered here, and only the
 //! page's rows are read: the cost follows the number of matches, which the caller has counted
-//! (at most [`FEW_MATCHES`]) before choosing this path.
+//! (at most [`super::common::FEW_MATCHES`]) before choosing this path.
 
 use std::{cmp::Ordering, collections::HashMap};
 
@@ -17,9 +17,6 @@ use super::{
     common::{count_examined, ListRequest, Total},
     ToolContext, ToolError, ToolResult,
 };
-
-/// Matches a filter may have for its list to be read by [`few_matches_page`].
-pub const FEW_MATCHES: u64 = 5_000;
 
 /// A page's sort key: last activity (`None`: never active) and id.
 type SortKey = (Option<DateTime<Utc>>, String);

@@ -13,9 +13,9 @@ use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
-        rare_trait_candidates, ListRequest, Residuals,
+        rare_trait_candidates, ListRequest, Residuals, FEW_MATCHES,
     },
-    few_matches_page::{few_matches_page, FEW_MATCHES},
+    few_matches_page::few_matches_page,
     record_counts::KeptTotal,
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,

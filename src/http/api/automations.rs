@@ -10,8 +10,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    action_ctx, caller, destinations::Destination, reply, reply_change, signals::Signal, ApiTags,
-    AppState,
+    action_ctx, caller,
+    destinations::Destination,
+    reply, reply_change,
+    signals::{ManagedBy, Signal},
+    ApiTags, AppState,
 };
 use crate::{
     command_data,
@@ -62,15 +65,6 @@ pub enum AnyOrAllMatchMode {
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum AtLeastMatchMode {
     AtLeast,
-}
-
-/// Who manages a configuration resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
-pub enum ManagedBy {
-    #[oai(rename = "UI")]
-    Ui,
-    #[oai(rename = "CODE")]
-    Code,
 }
 
 /// Declares one member of [`AutomationCreate`]: the fields every new automation has, with the

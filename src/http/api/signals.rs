@@ -7,7 +7,7 @@ use poem_openapi::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{action_ctx, automations::ManagedBy, caller, reply, reply_change, ApiTags, AppState};
+use super::{action_ctx, caller, reply, reply_change, ApiTags, AppState};
 use crate::{
     command_data,
     engine::signals,
@@ -18,6 +18,15 @@ use crate::{
     http::types::{parse_enum, ts_opt, Clearable, Nullable, Timestamp},
 };
 use entity::signal;
+
+/// Who manages a configuration resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum ManagedBy {
+    #[oai(rename = "UI")]
+    Ui,
+    #[oai(rename = "CODE")]
+    Code,
+}
 
 /// How a signal matches events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
