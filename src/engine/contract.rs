@@ -221,7 +221,7 @@ pub enum Pattern {
         property_conditions: Vec<PropertyCondition>,
         /// Default `ALL`.
         condition_mode: Option<ConditionMode>,
-        #[schemars(range(min = 1))]
+        #[schemars(range(min = 1, max = u64::MAX))]
         min: u64,
         /// `<n>h|d|w`.
         #[schemars(regex(pattern = SPAN_PATTERN))]
@@ -256,7 +256,7 @@ pub struct SignalOccurrenceTrigger {
     #[schemars(regex(pattern = SPAN_PATTERN))]
     pub window: Option<String>,
     /// Unread: `ANY` and `ALL` count every linked signal.
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u32::MAX))]
     pub at_least: Option<u32>,
     /// A subject starts at most one run per automation per UTC calendar hour, day or ISO week;
     /// `none` does not limit (default `day`).
@@ -273,7 +273,7 @@ pub struct AtLeastSignalOccurrenceTrigger {
     pub window: Option<String>,
     /// How many distinct linked active signals must have occurred, from 1 to their number when
     /// the automation is enabled.
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = u32::MAX))]
     pub at_least: u32,
     /// A subject starts at most one run per automation per UTC calendar hour, day or ISO week;
     /// `none` does not limit (default `day`).
@@ -339,10 +339,10 @@ pub struct AudienceFilter {
     /// The customer's billing status is one of these.
     pub billing_status: Option<Vec<BillingStatus>>,
     /// The customer's MRR is at least this many cents.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub min_mrr_cents: Option<i64>,
     /// The customer's MRR is at most this many cents.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub max_mrr_cents: Option<i64>,
     /// Per trait key, the value the customer's trait must equal, or an array of values it must
     /// be one of.
