@@ -31,3 +31,6 @@ pub mod validation;
 // Shared by the layers: start-up configuration and the application state.
 pub mod config;
 pub mod state;
+
+// What a serving instance runs beside its requests.
+pub mod workers;

@@ -227,58 +227,7 @@ pub async fn serve_until(
         state.public_url = format!("http://{addr}");
     }
     on_bound(addr);
-    let retries = crate::notify::worker::spawn(
-        state.db.clone(),
-        state.secrets.clone(),
-        std::time::Duration::from_secs(5),
-    );
-    // Agents' schedules run on every instance; a tick is claimed once across instances.
-    let _agent_schedules =
-        crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
-    let mut maintenance: Vec<_> = crate::db::spawn_wal_checkpointer(&state.db)
-        .into_iter()
-        .collect();
-    // The planner's statistics: missing ones at start (a database filled before this version,
-    // or by another process), stale ones as tables grow.
-    maintenance.push(crate::db::statistics::spawn_refresher(state.db.clone()));
-    // Kept counts of ended database backends folded into one row per bucket (PostgreSQL).
-    maintenance.extend(crate::tools::record_counts::spawn_folder(state.db.clone()));
-    // Opened here, before any background task: the journal file's shared connections serve
-    // the acknowledging writer and must be opened at the normal priority.
-    let journal = crate::ingest::journal::Journal::of(&state.db).await;
-    let on_file = match &journal {
-        Ok(journal) => journal.own_file(),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not open the ingest journal at start (the writer retries)");
-            None
-        }
-    };
-    maintenance.extend(on_file.and_then(crate::db::spawn_wal_checkpointer));
-    // Applying effects, evaluating signals and working automation runs give way to requests
-    // on a saturated machine: a runtime of their own at a lower priority, and on a SQLite file
-    // connections of their own opened there (PostgreSQL does their database work itself).
-    let background = crate::background::Background::start()?;
-    let background_state = crate::state::AppState {
-        db: match on_file {
-            Some(_) => crate::db::second_sqlite_pool(&state.db),
-            None => state.db.clone(),
-        },
-        ..state.clone()
-    };
-    let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
-    let (engine, applier) = {
-        let _on_background = background.handle().enter();
-        // The automation engine's processor and schedule ticks run on every instance; runs
-        // and ticks are claimed once across instances.
-        (
-            crate::engine::spawn(background_state.clone()),
-            crate::ingest::applier::Applier::spawn(
-                background_state.db.clone(),
-                window,
-                crate::engine::evaluate::RulesCache::default(),
-            ),
-        )
-    };
+    let workers = crate::workers::Workers::start(&state).await?;
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
     // connections, requests in flight answered after their commits, then what was
     // acknowledged is applied, all within `SHUTDOWN_LIMIT`.
@@ -294,20 +243,7 @@ pub async fn serve_until(
             Some(REQUEST_GRACE),
         )
         .await;
-    retries.abort();
-    for task in maintenance {
-        task.abort();
-    }
-    for task in engine {
-        task.abort();
-    }
-    match stopping.await {
-        Ok(deadline) => {
-            tracing::info!("applying acknowledged events before exit");
-            applier.drain(deadline).await;
-        }
-        Err(_) => applier.abort(),
-    }
+    workers.stop(stopping.await.ok()).await;
     served?;
     Ok(())
 }
