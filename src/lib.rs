@@ -13,6 +13,7 @@ pub mod agents;
 pub mod auth;
 pub mod background;
 pub mod correlation;
+pub mod cron;
 pub mod crypto;
 pub mod db;
 pub mod engine;

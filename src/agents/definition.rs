@@ -7,7 +7,7 @@ use sea_orm::{
 };
 use serde_json::json;
 
-use super::schedules::{Schedule, ScheduleError};
+use crate::cron::{Schedule, ScheduleError};
 use crate::{
     platform::{ActionContext, Change, PlatformError, PlatformResult, ResourceRef},
     validation::{Issues, ValidationIssue},

@@ -22,7 +22,7 @@ use super::{
     matching::{Condition, EventMatcher},
 };
 use crate::{
-    agents::schedules::Schedule,
+    cron::Schedule,
     validation::{PathSegment, ValidationIssue},
 };
 
@@ -169,10 +169,8 @@ fn read_schedule(schedule: contract::ScheduleTrigger) -> Result<ScheduleTrigger,
             let tz = c.timezone.map_or_else(|| "UTC".to_string(), |t| t.0);
             match Schedule::parse(&c.cron, &tz) {
                 Ok(s) => (Cadence::Cron(s), tz),
-                Err(crate::agents::schedules::ScheduleError::Cron(m)) => {
-                    return Err(vec![issue(&["cron"], m)])
-                }
-                Err(crate::agents::schedules::ScheduleError::Timezone(m)) => {
+                Err(crate::cron::ScheduleError::Cron(m)) => return Err(vec![issue(&["cron"], m)]),
+                Err(crate::cron::ScheduleError::Timezone(m)) => {
                     return Err(vec![issue(&["timezone"], m)])
                 }
             }

@@ -1,6 +1,8 @@
-//! Platform actions: agents, signals, automations and destinations of one organization.
-//! Functions here take a connection and plain values and return [`PlatformError`]; the API layer
-//! maps that to the command envelope.
+//! What every configuration action of an organization shares (the actions themselves live with
+//! their features: signals and automations in `engine`, destinations in `notify`, agents in
+//! `agents`): the action context, [`Change`], patches, keys and config hashes, audit and
+//! paging. Actions take a connection and plain values and return [`PlatformError`]; the API
+//! layer maps that to the command envelope.
 
 pub mod audit;
 pub mod paging;

@@ -29,10 +29,9 @@ use super::{
 };
 use crate::{
     auth::AuthError,
-    correlation,
     http::envelope::{
-        issue_bodies, ActionResponse, CommandData, CommandError, ErrorBody, ErrorCode,
-        ErrorEnvelope, COMMAND_VERSION,
+        action_validation, error_envelope, invalid_request_message, issue_bodies, ActionResponse,
+        CommandData, ErrorBody, ErrorCode,
     },
     ingest::IngestError,
     integrations::IntegrationError,
@@ -43,53 +42,6 @@ use crate::{
 
 // ---------------------------------------------------------------------------------------------
 // Platform actions: PlatformError -> the command envelope's error responses.
-
-/// The error envelope of command `T`.
-pub fn error_envelope<T: CommandData>(
-    code: ErrorCode,
-    message: String,
-    retryable: bool,
-    details: Option<BTreeMap<String, Value>>,
-) -> Json<ErrorEnvelope> {
-    Json(ErrorEnvelope {
-        ok: false,
-        command_id: T::COMMAND_ID.to_string(),
-        command_version: COMMAND_VERSION,
-        error: CommandError {
-            code,
-            message,
-            correlation_id: correlation::current(),
-            retryable,
-            details,
-        },
-    })
-}
-
-/// The `error` text of a 400 that lists validation issues: up to three of them, or how many
-/// there are.
-pub fn invalid_request_message(issues: &[ValidationIssue]) -> String {
-    if (1..=3).contains(&issues.len()) {
-        let listed: Vec<&str> = issues.iter().map(|i| i.message.as_str()).collect();
-        format!("invalid request: {}", listed.join("; "))
-    } else {
-        format!("invalid request: {} problems", issues.len())
-    }
-}
-
-/// 400 `validation_failed` with `details.issues`.
-pub fn action_validation<T: CommandData>(issues: Vec<ValidationIssue>) -> ActionResponse<T> {
-    let mut details = BTreeMap::new();
-    details.insert(
-        "issues".to_string(),
-        serde_json::to_value(&issues).unwrap_or(Value::Array(vec![])),
-    );
-    ActionResponse::BadRequest(error_envelope::<T>(
-        ErrorCode::ValidationFailed,
-        invalid_request_message(&issues),
-        false,
-        Some(details),
-    ))
-}
 
 impl<T: CommandData> From<PlatformError> for ActionResponse<T> {
     fn from(err: PlatformError) -> Self {
