@@ -825,6 +825,7 @@ db_test!(
             "{}",
             r.body
         );
+        snap!("automation_create_at_least_without_at_least", r.body);
         let body = on_signals(&[&sig], &[&dest], "ALL", json!({"atLeast": 1}));
         let r = app
             .post("/api/automations", "/api/automations", &o.key, Some(body))
