@@ -189,17 +189,11 @@ pub fn register_one_of(
     description: &'static str,
     members: &[String],
 ) {
-    registry.schemas.insert(
-        name.to_string(),
-        MetaSchema {
-            description: Some(description),
-            one_of: members
-                .iter()
-                .map(|m| MetaSchemaRef::Reference(m.clone()))
-                .collect(),
-            ..MetaSchema::ANY
-        },
-    );
+    let schema = MetaSchema {
+        one_of: references(members),
+        ..MetaSchema::ANY
+    };
+    register_described(registry, name, description, schema);
 }
 
 /// Registers a body of alternative shapes told apart by the keys they require (each refuses
@@ -210,15 +204,31 @@ pub fn register_alternatives(
     description: &'static str,
     members: &[String],
 ) {
+    let schema = MetaSchema {
+        any_of: references(members),
+        ..MetaSchema::ANY
+    };
+    register_described(registry, name, description, schema);
+}
+
+fn references(members: &[String]) -> Vec<MetaSchemaRef> {
+    members
+        .iter()
+        .map(|m| MetaSchemaRef::Reference(m.clone()))
+        .collect()
+}
+
+fn register_described(
+    registry: &mut Registry,
+    name: &'static str,
+    description: &'static str,
+    schema: MetaSchema,
+) {
     registry.schemas.insert(
         name.to_string(),
         MetaSchema {
             description: Some(description),
-            any_of: members
-                .iter()
-                .map(|m| MetaSchemaRef::Reference(m.clone()))
-                .collect(),
-            ..MetaSchema::ANY
+            ..schema
         },
     );
 }
