@@ -18,6 +18,7 @@ pub mod crypto;
 pub mod db;
 pub mod engine;
 pub mod ids;
+pub mod import;
 pub mod ingest;
 pub mod integrations;
 pub mod llm;

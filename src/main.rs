@@ -233,7 +233,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Import { org, file } => {
             let db = open_db(&url).await?;
-            let report = custintel::ops::import::import_file(&db, &org, &file).await?;
+            let report = custintel::import::import_file(&db, &org, &file).await?;
             print_json(&report)?;
             if !report.rejected.is_empty() {
                 std::process::exit(1);

@@ -17,7 +17,7 @@
 //!   tables it has never analyzed or that changed by a fifth since (a bulk load can outrun it).
 //!
 //! `custintel import` analyzes the tables it filled when it ends, and on PostgreSQL vacuums
-//! them ([`after_bulk_load`]; see `ops::import`).
+//! them ([`after_bulk_load`]; see `crate::import`).
 
 use std::time::Duration;
 

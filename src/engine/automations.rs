@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
     IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
@@ -463,29 +463,21 @@ pub async fn create(
         "triggerType": trigger_type, "triggerJson": trigger, "audienceFilterJson": audience,
         "matchMode": match_mode, "agentId": agent_id,
     }));
-    let model = automation::ActiveModel {
-        id: Set(id.clone()),
-        organization_id: Set(org.clone()),
-        key: Set(key),
-        managed_by: Set("UI".into()),
-        name: Set(body.name),
-        description: Set(body.description.value()),
-        enabled: Set(false),
-        trigger_type: Set(trigger_type.into()),
-        trigger_json: Set(trigger),
-        audience_filter_json: Set(audience),
-        agent_id: Set(agent_id),
-        match_mode: Set(match_mode.into()),
-        schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
-        config_hash: Set(Some(hash)),
-        archived_at: Set(None),
-        last_run_at: Set(None),
-        last_run_status: Set(None),
-        next_run_at: Set(None),
-        enabled_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
+    let model = NewAutomationRow {
+        id: id.clone(),
+        organization_id: org.clone(),
+        key,
+        managed_by: "UI",
+        name: body.name,
+        description: body.description.value(),
+        trigger_type: trigger_type.into(),
+        trigger_json: trigger,
+        audience_filter_json: audience,
+        agent_id,
+        match_mode: match_mode.into(),
+        config_hash: Some(hash),
     }
+    .into_model(now)
     .insert(&txn)
     .await?;
     link(&txn, &id, &body.signal_ids, &body.destination_ids).await?;
@@ -493,6 +485,52 @@ pub async fn create(
     let resources = resources_of(&view);
     let details = json!({ "key": view.automation.key });
     Change::commit(txn, ctx, view, resources, details).await
+}
+
+/// What a new automation's row is made of; the rest of it starts empty: disabled, never run.
+/// The one builder of automation rows (the API's create, `custintel apply`, the benchmarks).
+pub struct NewAutomationRow {
+    pub id: String,
+    pub organization_id: String,
+    pub key: String,
+    /// `UI` (made through the API) or `CODE` (by `custintel apply`).
+    pub managed_by: &'static str,
+    pub name: String,
+    pub description: Option<String>,
+    pub trigger_type: String,
+    pub trigger_json: Value,
+    pub audience_filter_json: Value,
+    pub agent_id: Option<String>,
+    pub match_mode: String,
+    pub config_hash: Option<String>,
+}
+
+impl NewAutomationRow {
+    pub fn into_model(self, now: DateTime<Utc>) -> automation::ActiveModel {
+        automation::ActiveModel {
+            id: Set(self.id),
+            organization_id: Set(self.organization_id),
+            key: Set(self.key),
+            managed_by: Set(self.managed_by.into()),
+            name: Set(self.name),
+            description: Set(self.description),
+            enabled: Set(false),
+            trigger_type: Set(self.trigger_type),
+            trigger_json: Set(self.trigger_json),
+            audience_filter_json: Set(self.audience_filter_json),
+            agent_id: Set(self.agent_id),
+            match_mode: Set(self.match_mode),
+            schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
+            config_hash: Set(self.config_hash),
+            archived_at: Set(None),
+            last_run_at: Set(None),
+            last_run_status: Set(None),
+            next_run_at: Set(None),
+            enabled_at: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+    }
 }
 
 /// Links an automation to signals and destinations (ids already checked).

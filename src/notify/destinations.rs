@@ -117,6 +117,39 @@ pub fn hash_of(kind: &str, config: &Value) -> Option<String> {
     Some(config_hash(&json!({ "kind": kind, "config": config })))
 }
 
+/// Where a destination of `kind` sends, from the body's two URL fields: `url` for a webhook,
+/// `webhookUrl` for Slack. Also the issues, by field: the kind's field missing or refused, or
+/// the other kind's field given.
+pub fn endpoint_of(
+    kind: DestinationKind,
+    url: Option<&str>,
+    webhook_url: Option<&str>,
+) -> (String, Vec<(&'static str, String)>) {
+    let webhook = kind == DestinationKind::WebhookEndpoint;
+    let (field, given, other_field, other_given, other_kind) = if webhook {
+        ("url", url, "webhookUrl", webhook_url, "SLACK_CHANNEL")
+    } else {
+        ("webhookUrl", webhook_url, "url", url, "WEBHOOK_ENDPOINT")
+    };
+    let mut issues = Vec::new();
+    if other_given.is_some() {
+        issues.push((other_field, format!("only for {other_kind} destinations")));
+    }
+    let checked = given.map(|u| {
+        if webhook {
+            check_endpoint_url(u)
+        } else {
+            check_slack_url(u)
+        }
+    });
+    match checked {
+        None => issues.push((field, format!("`{field}` is required"))),
+        Some(Err(m)) => issues.push((field, m)),
+        Some(Ok(())) => {}
+    }
+    (given.unwrap_or_default().to_string(), issues)
+}
+
 pub async fn create(
     db: &DatabaseConnection,
     secrets: &SecretBox,
@@ -129,42 +162,20 @@ pub async fn create(
     if let Some(d) = body.description.as_value() {
         issues.length(&["description"], d, 0, 1000);
     }
+    let (endpoint, problems) =
+        endpoint_of(body.kind, body.url.as_deref(), body.webhook_url.as_deref());
+    for (field, message) in problems {
+        issues.push(vec![field.into()], message);
+    }
     let (provider, config, secret, signing_secret) = match body.kind {
         DestinationKind::WebhookEndpoint => {
-            if body.webhook_url.is_some() {
-                issues.push(
-                    vec!["webhookUrl".into()],
-                    "only for SLACK_CHANNEL destinations",
-                );
-            }
-            let url = body.url.clone().unwrap_or_default();
-            match &body.url {
-                None => issues.push(vec!["url".into()], "`url` is required"),
-                Some(u) => {
-                    if let Err(m) = check_endpoint_url(u) {
-                        issues.push(vec!["url".into()], m)
-                    }
-                }
-            }
             let secret = new_signing_secret();
-            let config = json!({ "url": url, "signingSecret": mask(&secret, 6) });
+            let config = json!({ "url": endpoint, "signingSecret": mask(&secret, 6) });
             ("WEBHOOK", config, secret.clone(), Some(secret))
         }
         DestinationKind::SlackChannel => {
-            if body.url.is_some() {
-                issues.push(vec!["url".into()], "only for WEBHOOK_ENDPOINT destinations");
-            }
-            let hook = body.webhook_url.clone().unwrap_or_default();
-            match &body.webhook_url {
-                None => issues.push(vec!["webhookUrl".into()], "`webhookUrl` is required"),
-                Some(u) => {
-                    if let Err(m) = check_slack_url(u) {
-                        issues.push(vec!["webhookUrl".into()], m)
-                    }
-                }
-            }
-            let config = json!({ "webhookUrl": mask(&hook, 24) });
-            ("SLACK", config, hook, None)
+            let config = json!({ "webhookUrl": mask(&endpoint, 24) });
+            ("SLACK", config, endpoint, None)
         }
     };
     issues.into_result()?;

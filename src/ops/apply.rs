@@ -34,7 +34,7 @@ use crate::{
         automations,
         config::{compile_signal, parse_audience, parse_trigger, under},
     },
-    notify::destinations::{self as dest_domain, check_endpoint_url, check_slack_url},
+    notify::destinations::{self as dest_domain},
     platform::{config_hash, PlatformError, SCHEMA_VERSION},
     validation::{parse_from, PathSegment, ValidationIssue},
 };
@@ -485,33 +485,16 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
         let at = |field: &str| item_path("destinations", i, field);
         let kind = DestinationKind::parse(&spec.kind);
         let target = match kind {
-            Some(DestinationKind::WebhookEndpoint) => {
-                if spec.webhook_url.is_some() {
-                    problems.at(at("webhookUrl"), "only for SLACK_CHANNEL destinations");
+            Some(kind) => {
+                let (endpoint, issues) = dest_domain::endpoint_of(
+                    kind,
+                    spec.url.as_deref(),
+                    spec.webhook_url.as_deref(),
+                );
+                for (field, message) in issues {
+                    problems.at(at(field), message);
                 }
-                match &spec.url {
-                    None => problems.at(at("url"), "`url` is required"),
-                    Some(u) => {
-                        if let Err(m) = check_endpoint_url(u) {
-                            problems.at(at("url"), m);
-                        }
-                    }
-                }
-                spec.url.clone().unwrap_or_default()
-            }
-            Some(DestinationKind::SlackChannel) => {
-                if spec.url.is_some() {
-                    problems.at(at("url"), "only for WEBHOOK_ENDPOINT destinations");
-                }
-                match &spec.webhook_url {
-                    None => problems.at(at("webhookUrl"), "`webhookUrl` is required"),
-                    Some(u) => {
-                        if let Err(m) = check_slack_url(u) {
-                            problems.at(at("webhookUrl"), m);
-                        }
-                    }
-                }
-                spec.webhook_url.clone().unwrap_or_default()
+                endpoint
             }
             None => {
                 problems.at(at("type"), "must be WEBHOOK_ENDPOINT or SLACK_CHANNEL");
@@ -1163,29 +1146,21 @@ async fn write_automation(
         }
         _ => {
             let id = uuid::Uuid::new_v4().to_string();
-            automation::ActiveModel {
-                id: Set(id.clone()),
-                organization_id: Set(org.to_string()),
-                key: Set(w.key.clone()),
-                managed_by: Set("CODE".into()),
-                name: Set(w.name.clone()),
-                description: Set(w.description.clone()),
-                enabled: Set(false),
-                trigger_type: Set(w.trigger_type.clone()),
-                trigger_json: Set(w.trigger_json.clone()),
-                audience_filter_json: Set(w.audience.clone()),
-                agent_id: Set(w.agent_id.clone()),
-                match_mode: Set(w.match_mode.clone()),
-                schema_version: Set(SCHEMA_VERSION.into()),
-                config_hash: Set(Some(w.hash())),
-                archived_at: Set(None),
-                last_run_at: Set(None),
-                last_run_status: Set(None),
-                next_run_at: Set(None),
-                enabled_at: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
+            automations::NewAutomationRow {
+                id: id.clone(),
+                organization_id: org.to_string(),
+                key: w.key.clone(),
+                managed_by: "CODE",
+                name: w.name.clone(),
+                description: w.description.clone(),
+                trigger_type: w.trigger_type.clone(),
+                trigger_json: w.trigger_json.clone(),
+                audience_filter_json: w.audience.clone(),
+                agent_id: w.agent_id.clone(),
+                match_mode: w.match_mode.clone(),
+                config_hash: Some(w.hash()),
             }
+            .into_model(now)
             .insert(txn)
             .await?;
             id

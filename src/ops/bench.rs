@@ -6,7 +6,7 @@
 //! customer), with heavy tails: customers' users, sources and events follow a skewed
 //! distribution, and three customers stand out (one with a thousandth of all users, one with a
 //! hundredth of all sources, one with a hundredth of all events). Customers, users, sources and
-//! facts go in through `custintel import` ([`crate::ops::import::import_file`]), as a user's book
+//! facts go in through `custintel import` ([`crate::import::import_file`]), as a user's book
 //! would; events, billing changes and 100,000 runs of one automation are written directly in
 //! bulk, as the ingest applier and the automation engine would have left them.
 //!
@@ -946,7 +946,7 @@ async fn import_book(
     let book = dir.join(format!("book-{seed}.jsonl"));
     let lines = write_book(&book, scale, seed)?;
     let started = Instant::now();
-    let report = crate::ops::import::import_file(conn, org, &book.display().to_string())
+    let report = crate::import::import_file(conn, org, &book.display().to_string())
         .await
         .context("import")?;
     let took = started.elapsed().as_secs_f64();

@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::{
     crypto::SecretBox,
-    engine::automations::link,
+    engine::automations::{link, NewAutomationRow},
     notify::destinations::new_signing_secret,
     ops::bench_ingest::{self, BenchOptions, BodyFn},
     platform::config_hash,
@@ -183,29 +183,23 @@ async fn seed(
     .await?;
     for a in 0..args.automations {
         let id = new_id();
-        automation::Entity::insert(automation::ActiveModel {
-            id: Set(id.clone()),
-            organization_id: Set(org.to_string()),
-            key: Set(format!("auto-{a}")),
-            managed_by: Set("UI".into()),
-            name: Set(format!("Automation {a}")),
-            description: Set(None),
-            enabled: Set(false),
-            trigger_type: Set("SIGNAL_OCCURRENCE".into()),
-            trigger_json: Set(json!({ "dedupe": "hour" })),
-            audience_filter_json: Set(json!({})),
-            agent_id: Set(None),
-            match_mode: Set("ANY".into()),
-            schema_version: Set("1".into()),
-            config_hash: Set(None),
-            archived_at: Set(None),
-            last_run_at: Set(None),
-            last_run_status: Set(None),
-            next_run_at: Set(None),
-            enabled_at: Set(None),
-            created_at: Set(now),
-            updated_at: Set(now),
-        })
+        automation::Entity::insert(
+            NewAutomationRow {
+                id: id.clone(),
+                organization_id: org.to_string(),
+                key: format!("auto-{a}"),
+                managed_by: "UI",
+                name: format!("Automation {a}"),
+                description: None,
+                trigger_type: "SIGNAL_OCCURRENCE".into(),
+                trigger_json: json!({ "dedupe": "hour" }),
+                audience_filter_json: json!({}),
+                agent_id: None,
+                match_mode: "ANY".into(),
+                config_hash: None,
+            }
+            .into_model(now),
+        )
         .exec_without_returning(db)
         .await?;
         // Signals are dealt to automations in turn, so every signal starts some automation.

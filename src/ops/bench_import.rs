@@ -5,7 +5,7 @@
 //! serves the application on 127.0.0.1:0 in this process over a temporary SQLite database, or
 //! a fresh schema of PostgreSQL with `--postgres URL` (dropped at the end), with the search
 //! index follower and integration scheduler running as in `custintel serve`, then
-//! imports the book through [`crate::ops::import::import_file`] on a connection pool of its own
+//! imports the book through [`crate::import::import_file`] on a connection pool of its own
 //! (as the separate `custintel import` process would have) while a bounded number of clients
 //! send ingest batches and platform writes to the server. Prints the import's lines/s and
 //! the server's request counts, 5xx count and latencies during the import.
@@ -329,7 +329,7 @@ async fn measure(
         })
         .collect();
     let started = Instant::now();
-    let report = crate::ops::import::import_file(
+    let report = crate::import::import_file(
         &import_db,
         &org.organization_id,
         &book.display().to_string(),

@@ -22,7 +22,7 @@ const DOMAIN_ORDER: &[&[&str]] = &[
     &["state", "ingest"],
     &["memory", "notify"],
     &["tools"],
-    &["agents"],
+    &["agents", "import"],
     &["engine"],
     &["config"],
     &["workers"],

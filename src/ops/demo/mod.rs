@@ -22,10 +22,10 @@ use conversations::*;
 use platform::*;
 
 use crate::crypto::{mask, SecretBox};
-use crate::notify::destinations::new_signing_secret;
-use crate::ops::import::{
+use crate::import::{
     self, CustomerRecord, FactRecord, ImportRecord, SourceRecord, UserRecord, WorkspaceUserRecord,
 };
+use crate::notify::destinations::new_signing_secret;
 use crate::platform::{config_hash, SCHEMA_VERSION};
 use entity::{
     agent, automation, automation_destination,
@@ -197,7 +197,7 @@ struct DemoUser {
 
 /// Seeds the demo data set into an existing organization, in one transaction. Customers,
 /// users, workspace users, sources and facts go through the import path
-/// ([`crate::ops::import::import_records`]), like a `custintel import` file would.
+/// ([`crate::import::import_records`]), like a `custintel import` file would.
 pub async fn seed(db: &DatabaseConnection, secrets: &SecretBox, org_id: &str) -> Result<()> {
     let now = Utc::now();
     let mut customers = plan_customers(now);
