@@ -419,17 +419,6 @@ fn read_sources(src: &Path) -> Vec<(String, String)> {
     files
 }
 
-/// Cycles known to remain, by their first line: the HTTP error map (`errors.rs`) builds the
-/// routes' response types, and those routes' handlers call the map. Listed so that no new
-/// circle appears; a circle that is gone must leave this list too.
-const KNOWN_CYCLES: &[&str] = &[
-    "src/http/api/: connect_page -> errors -> connect_page",
-    "src/http/api/: errors -> ingest -> errors",
-    "src/http/api/: errors -> integrations -> errors",
-    "src/http/api/: errors -> keys -> errors",
-    "src/http/api/: errors -> tools -> errors",
-];
-
 fn source_tree() -> Tree {
     parse_tree(&read_sources(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -460,23 +449,10 @@ fn domain_modules_import_only_lower_layers() {
 #[test]
 fn sibling_modules_import_each_other_one_way() {
     let found = sibling_cycles(&source_tree());
-    let heads: Vec<&str> = found.iter().filter_map(|c| c.lines().next()).collect();
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|c| !KNOWN_CYCLES.iter().any(|k| c.lines().next() == Some(*k)))
-        .collect();
     assert!(
-        new.is_empty(),
+        found.is_empty(),
         "circles between sibling modules:\n{}",
-        new.iter()
-            .map(|c| c.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let gone: Vec<&&str> = KNOWN_CYCLES.iter().filter(|k| !heads.contains(k)).collect();
-    assert!(
-        gone.is_empty(),
-        "no longer circles, take them off KNOWN_CYCLES: {gone:?}"
+        found.join("\n")
     );
 }
 

@@ -192,6 +192,9 @@ fn form_page(
     page(status, &format!("Connect {}", p.name), &body)
 }
 
+/// The page that answers a failed look-up (`From<IntegrationError>`, in `errors.rs`).
+pub struct ErrorPage(pub Response);
+
 /// `GET /connect/{sessionId}`.
 #[handler]
 pub async fn show(Path(session_id): Path<String>, state: Data<&AppState>) -> Response {
@@ -200,7 +203,7 @@ pub async fn show(Path(session_id): Path<String>, state: Data<&AppState>) -> Res
             form_page(&view, &[], &Map::new())
         }
         Ok(view) => result_page(&view),
-        Err(e) => super::errors::connect_page_error(e),
+        Err(e) => ErrorPage::from(e).0,
     }
 }
 
@@ -231,6 +234,6 @@ pub async fn submit(
     match sessions::complete(&state.db, &state.secrets, &session_id, answer, Utc::now()).await {
         Ok(PageOutcome::Finished(view)) => result_page(&view),
         Ok(PageOutcome::Invalid(view, issues)) => form_page(&view, &issues, &values),
-        Err(e) => super::errors::connect_page_error(e),
+        Err(e) => ErrorPage::from(e).0,
     }
 }

@@ -1,7 +1,8 @@
 //! The one place that maps domain errors to HTTP: each domain error type ([`PlatformError`],
 //! [`ToolError`], [`AuthError`], [`IntegrationError`], [`IngestError`]) to the status and body
-//! the spec gives it, as the typed response of the route that answers. Handlers call `?`-style
-//! `.into()` or the functions here; nothing else in `src/http/api/` picks a status for a domain error.
+//! the spec gives it, as the typed response of the route that answers. Handlers convert with
+//! `From` (`.into()`) and call nothing here by name, so imports run one way (this file reads the
+//! routes' response types); nothing else in `src/http/api/` picks a status for a domain error.
 
 use std::collections::BTreeMap;
 
@@ -18,20 +19,20 @@ use serde_json::{json, Value};
 
 use super::{
     connect_page,
-    ingest::{refused, IngestResponse, PreflightResponse},
+    ingest::{refused, IngestRefusal, IngestResponse, PreflightResponse},
     integrations::{
         DisconnectResponse, Disconnected, Forbidden, IntegrationResponse, NotConnected,
         PlanConnectionLimit,
     },
-    keys::{KeyInvalid, ValidateKeyResponse},
+    keys::ValidateKeyResponse,
     tools::{PlanLimitError, ToolCallResponse, ToolListResponse},
     webhooks::WebhookResponse,
 };
 use crate::{
     auth::AuthError,
     http::envelope::{
-        action_validation, error_envelope, invalid_request_message, issue_bodies, ActionResponse,
-        CommandData, ErrorBody, ErrorCode,
+        action_validation, error_envelope, issue_bodies, ActionResponse, CommandData, ErrorBody,
+        ErrorCode,
     },
     ingest::IngestError,
     integrations::IntegrationError,
@@ -173,17 +174,9 @@ impl From<AuthError> for ValidateKeyResponse {
                 tracing::error!(error = %e, "key validation failed");
                 Self::Internal(ErrorBody::new("key validation failed"))
             }
-            other => key_invalid(other.to_string()),
+            other => Self::invalid(other.to_string()),
         }
     }
-}
-
-/// 401 `{valid: false, error}`.
-pub fn key_invalid(error: impl Into<String>) -> ValidateKeyResponse {
-    ValidateKeyResponse::Invalid(Json(KeyInvalid {
-        valid: false,
-        error: error.into(),
-    }))
 }
 
 /// `/mcp` refuses a request: 401 `{error}` with `WWW-Authenticate: Bearer`.
@@ -210,16 +203,6 @@ pub fn mcp_auth_error(err: AuthError) -> Response {
 // ---------------------------------------------------------------------------------------------
 // Integrations: IntegrationError -> `/api/integrations`, disconnect, the Stripe webhook and the
 // connect page.
-
-/// 400 `{error, details}` for validation issues of an integration request.
-pub fn integration_validation<T: ParseFromJSON + ToJSON + Send + Sync>(
-    issues: Vec<ValidationIssue>,
-) -> IntegrationResponse<T> {
-    IntegrationResponse::BadRequest(Json(ErrorBody {
-        error: invalid_request_message(&issues),
-        details: Some(issue_bodies(issues)),
-    }))
-}
 
 fn bad_request_body(message: String, issues: Vec<ValidationIssue>) -> Json<ErrorBody> {
     Json(ErrorBody {
@@ -310,22 +293,24 @@ impl From<IntegrationError> for WebhookResponse {
 }
 
 /// The connect page's answer to a failed lookup: an HTML page, 404 for an unknown link, else 500.
-pub fn connect_page_error(err: IntegrationError) -> Response {
-    match err {
-        IntegrationError::NotFound(_) => connect_page::page(
-            StatusCode::NOT_FOUND,
-            "Connect link not found",
-            "<h1>This connect link is not valid</h1>\
+impl From<IntegrationError> for connect_page::ErrorPage {
+    fn from(err: IntegrationError) -> Self {
+        Self(match err {
+            IntegrationError::NotFound(_) => connect_page::page(
+                StatusCode::NOT_FOUND,
+                "Connect link not found",
+                "<h1>This connect link is not valid</h1>\
              <p>Run <code>custintel integrations connect PROVIDER</code> for a new one.</p>",
-        ),
-        other => {
-            tracing::error!(error = %other, "connect page failed");
-            connect_page::page(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Something went wrong",
-                "<h1>Something went wrong</h1><p>Try the link again in a moment.</p>",
-            )
-        }
+            ),
+            other => {
+                tracing::error!(error = %other, "connect page failed");
+                connect_page::page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Something went wrong",
+                    "<h1>Something went wrong</h1><p>Try the link again in a moment.</p>",
+                )
+            }
+        })
     }
 }
 
@@ -338,7 +323,14 @@ fn header_value(v: impl ToString) -> HeaderValue {
 
 /// The ingest answer to a refused request, with the headers it carries (429: `Retry-After` and
 /// the exhausted rate limit).
-pub fn ingest_error(err: IngestError) -> (IngestResponse, Vec<(HeaderName, HeaderValue)>) {
+impl From<IngestError> for IngestRefusal {
+    fn from(err: IngestError) -> Self {
+        let (response, headers) = refusal(err);
+        Self { response, headers }
+    }
+}
+
+fn refusal(err: IngestError) -> (IngestResponse, Vec<(HeaderName, HeaderValue)>) {
     let message = err.to_string();
     match err {
         IngestError::Forbidden(_) => (IngestResponse::Forbidden(refused(message)), vec![]),

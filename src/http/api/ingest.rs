@@ -70,6 +70,13 @@ pub(crate) fn refused(message: impl Into<String>) -> Json<IngestRequestError> {
     })
 }
 
+/// A refused ingest request: its answer and the headers that go with it (`From<IngestError>`,
+/// in `errors.rs`).
+pub struct IngestRefusal {
+    pub response: IngestResponse,
+    pub headers: Vec<(poem::http::HeaderName, poem::http::HeaderValue)>,
+}
+
 #[derive(ApiResponse)]
 #[oai(
     bad_request_handler = "ingest_bad_request",
@@ -389,9 +396,9 @@ impl IngestApi {
                     .collect(),
             })),
             Err(err) => {
-                let (response, extra) = super::errors::ingest_error(err);
-                headers.extend(extra);
-                response
+                let refusal = IngestRefusal::from(err);
+                headers.extend(refusal.headers);
+                refusal.response
             }
         };
         WithHeaders { response, headers }

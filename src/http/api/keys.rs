@@ -2,7 +2,7 @@
 
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 
-use super::{errors, ApiTags, AppState};
+use super::{ApiTags, AppState};
 use crate::{
     auth::authenticate,
     http::api::ApiKeyAuth,
@@ -46,9 +46,19 @@ pub enum ValidateKeyResponse {
     Internal(Json<ErrorBody>),
 }
 
+impl ValidateKeyResponse {
+    /// 401 `{valid: false, error}`.
+    pub fn invalid(error: impl Into<String>) -> Self {
+        Self::Invalid(Json(KeyInvalid {
+            valid: false,
+            error: error.into(),
+        }))
+    }
+}
+
 fn validate_bad_request(err: poem::Error) -> ValidateKeyResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
-        return errors::key_invalid(crate::auth::MISSING_KEY);
+        return ValidateKeyResponse::invalid(crate::auth::MISSING_KEY);
     }
     let issues = request_issues(&err);
     ValidateKeyResponse::BadRequest(Json(ErrorBody {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 use serde_json::Value;
 
-use super::{errors, ApiTags, AppState};
+use super::{ApiTags, AppState};
 use crate::{
     auth::authenticate,
     http::api::ApiKeyAuth,
@@ -81,7 +81,7 @@ fn call_bad_request(err: poem::Error) -> ToolCallResponse {
     if err.is::<poem_openapi::error::AuthorizationError>() {
         return ToolCallResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
-    errors::invalid_tool_call(request_issues(&err))
+    tools::ToolError::Invalid(request_issues(&err)).into()
 }
 
 /// A tool an agent or SDK can call.

@@ -1,5 +1,4 @@
-//! The responses of `/api/integrations` (integration errors map onto them in
-//! [`crate::http::api::errors`]).
+//! The responses of `/api/integrations` (integration errors map onto them in `errors.rs`).
 
 use super::*;
 
@@ -37,7 +36,12 @@ pub(super) fn integration_bad_request<T: ParseFromJSON + ToJSON + Send + Sync>(
     if err.is::<poem_openapi::error::AuthorizationError>() {
         return IntegrationResponse::Unauthorized(ErrorBody::new(crate::auth::MISSING_KEY));
     }
-    crate::http::api::errors::integration_validation(request_issues(&err))
+    let issues = request_issues(&err);
+    IntegrationError::BadRequest {
+        message: crate::http::envelope::invalid_request_message(&issues),
+        issues,
+    }
+    .into()
 }
 
 pub(super) fn answer<T: ParseFromJSON + ToJSON + Send + Sync>(
