@@ -19,7 +19,7 @@ use chrono::Utc;
 use entity::{
     automation,
     automation_run::{self, AutomationRunStatus},
-    customer, destination, notification_delivery, user,
+    customer, destination, user,
 };
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::{json, Value};
@@ -33,7 +33,7 @@ use super::{
 use crate::{
     agents::{AgentRuntime, AutomationRunInput},
     engine::automations::{self as platform_automations, AutomationView},
-    notify::delivery::{attempt_with_retries, pending_row, record_attempts_of},
+    notify::delivery::{record_attempts_of, Outbox},
     state::AppState,
     tools::{get_customer, ToolContext},
 };
@@ -474,9 +474,10 @@ async fn process_together(
         }
     }
     // 1. Messages, skips and delivery rows, in one transaction of a few statements.
-    let mut sends = Vec::new();
+    // Each delivery's run, in the order the outbox sends them.
+    let mut sends: Vec<&str> = Vec::new();
     let mut moves = Vec::with_capacity(work.len());
-    let mut delivery_rows = Vec::new();
+    let mut outbox = Outbox::default();
     for (run, prep) in &work {
         match prep {
             Prepared::Skip(reason) => {
@@ -503,14 +504,8 @@ async fn process_together(
                 };
                 moves.push((run, AutomationRunStatus::ReadyForDelivery, change));
                 for dest in destinations {
-                    let row = pending_row(&run.organization_id, &dest.id, body, Some(&run.id));
-                    sends.push((
-                        run.id.clone(),
-                        row.id.clone().unwrap(),
-                        dest.clone(),
-                        body.clone(),
-                    ));
-                    delivery_rows.push(row);
+                    outbox.add(&run.organization_id, dest, body, Some(&run.id));
+                    sends.push(&run.id);
                 }
             }
         }
@@ -521,7 +516,7 @@ async fn process_together(
     let written: Result<(), sea_orm::DbErr> = async {
         let txn = crate::db::begin_write(&state.db).await?;
         runs::transition_runs(&txn, moves).await?;
-        insert_deliveries(&txn, delivery_rows).await?;
+        outbox.record(&txn).await?;
         runs::follow_newest_of(&txn, &moved).await?;
         txn.commit().await
     }
@@ -537,12 +532,7 @@ async fn process_together(
     }
     let written_at = started.elapsed();
     // 2. Every delivery at once.
-    let attempted = futures::future::join_all(
-        sends
-            .iter()
-            .map(|(_, id, dest, body)| attempt_with_retries(&state.secrets, id, dest, body)),
-    )
-    .await;
+    let attempted = outbox.send(&state.secrets).await;
     let sent_at = started.elapsed();
     // 3. Results and final statuses, in one transaction of a few statements.
     let mut moves = Vec::new();
@@ -553,7 +543,7 @@ async fn process_together(
         let statuses: Vec<_> = sends
             .iter()
             .zip(&attempted)
-            .filter(|((run_id, ..), _)| *run_id == run.id)
+            .filter(|(run_id, _)| **run_id == run.id)
             .map(|(_, done)| done.status)
             .collect();
         let (to, finished) = match runs::settled_status(&statuses) {
@@ -745,22 +735,6 @@ async fn prepare(
         body,
         destinations,
     })
-}
-
-/// Inserts delivery rows in multi-row statements (15 columns: 1,000 rows stay under every
-/// backend's bound-parameter limit).
-async fn insert_deliveries<C: sea_orm::ConnectionTrait>(
-    conn: &C,
-    rows: Vec<notification_delivery::ActiveModel>,
-) -> Result<(), sea_orm::DbErr> {
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(1_000).collect();
-        notification_delivery::Entity::insert_many(chunk)
-            .exec_without_returning(conn)
-            .await?;
-    }
-    Ok(())
 }
 
 fn enabled_destinations(view: &AutomationView) -> Vec<destination::Model> {

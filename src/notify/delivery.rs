@@ -1,11 +1,11 @@
-//! One notification to a set of destinations: a recorded delivery per destination, up to four
+//! Deliveries to destinations ([`Outbox`]): a recorded delivery per destination, up to four
 //! attempts now (0.5 s, 1 s, 2 s apart) on 5xx, 429, time-outs and connection failures; what
 //! still fails is left `retrying` for the background worker.
 
 use std::{sync::OnceLock, time::Duration};
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseConnection, Set};
+use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, Set};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -199,7 +199,69 @@ pub fn retry_window() -> chrono::Duration {
     chrono::Duration::hours(24)
 }
 
-/// Records and attempts one delivery per destination, concurrently.
+/// Deliveries to make: each is recorded before it is attempted (in the caller's transaction
+/// when it has one, so a delivery exists exactly when what asked for it does), attempted now
+/// (up to four times, [`INLINE_BACKOFF`] apart), and what came of it recorded
+/// ([`record_attempts_of`]); what still fails is left `retrying` for the worker
+/// ([`super::worker`]). Automation runs, the notification tool and agents'
+/// `notify_destination` all send through one.
+#[derive(Default)]
+pub struct Outbox {
+    rows: Vec<notification_delivery::ActiveModel>,
+    sends: Vec<(String, destination::Model, Value)>,
+}
+
+impl Outbox {
+    /// Adds a delivery of `body` (a webhook body, also what retries send) to `destination`.
+    pub fn add(
+        &mut self,
+        organization_id: &str,
+        destination: &destination::Model,
+        body: &Value,
+        automation_run_id: Option<&str>,
+    ) {
+        let row = pending_row(organization_id, &destination.id, body, automation_run_id);
+        let id = row.id.clone().unwrap();
+        self.rows.push(row);
+        self.sends.push((id, destination.clone(), body.clone()));
+    }
+
+    /// Records the deliveries added since the last call, before any attempt (multi-row
+    /// statements of 1,000 rows: 15 columns stay under every backend's parameter limit).
+    pub async fn record<C: ConnectionTrait>(&mut self, conn: &C) -> Result<(), sea_orm::DbErr> {
+        let mut rows = std::mem::take(&mut self.rows).into_iter().peekable();
+        while rows.peek().is_some() {
+            let chunk: Vec<_> = rows.by_ref().take(1_000).collect();
+            notification_delivery::Entity::insert_many(chunk)
+                .exec_without_returning(conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Attempts every delivery now, concurrently; the results in the order they were added.
+    pub async fn send(self, secrets: &SecretBox) -> Vec<Attempted> {
+        let attempts = self
+            .sends
+            .iter()
+            .map(|(id, dest, body)| attempt_with_retries(secrets, id, dest, body));
+        futures::future::join_all(attempts).await
+    }
+
+    /// Records, sends and records the results, for a caller without a transaction of its own.
+    pub async fn deliver(
+        mut self,
+        db: &DatabaseConnection,
+        secrets: &SecretBox,
+    ) -> Result<Vec<Attempted>, sea_orm::DbErr> {
+        self.record(db).await?;
+        let done = self.send(secrets).await;
+        record_attempts_of(db, &done).await?;
+        Ok(done)
+    }
+}
+
+/// One notification to each destination, through an [`Outbox`].
 pub async fn deliver_notification(
     db: &DatabaseConnection,
     secrets: &SecretBox,
@@ -208,23 +270,12 @@ pub async fn deliver_notification(
     notification: &Notification,
 ) -> Result<Vec<Delivery>, sea_orm::DbErr> {
     let body = notification.webhook_body();
-    deliver_body(db, secrets, organization_id, destinations, &body, None).await
-}
-
-/// Records and attempts one delivery of `body` (a webhook body) per destination, concurrently;
-/// `automation_run_id` ties the deliveries to an automation run.
-pub async fn deliver_body(
-    db: &DatabaseConnection,
-    secrets: &SecretBox,
-    organization_id: &str,
-    destinations: Vec<destination::Model>,
-    body: &Value,
-    automation_run_id: Option<&str>,
-) -> Result<Vec<Delivery>, sea_orm::DbErr> {
-    let jobs = destinations
-        .into_iter()
-        .map(|dest| deliver_one(db, secrets, organization_id, dest, body, automation_run_id));
-    futures::future::join_all(jobs).await.into_iter().collect()
+    let mut outbox = Outbox::default();
+    for dest in &destinations {
+        outbox.add(organization_id, dest, &body, None);
+    }
+    let done = outbox.deliver(db, secrets).await?;
+    Ok(done.iter().map(Attempted::delivery).collect())
 }
 
 /// One entry of a delivery's `attempt_log`.
@@ -240,7 +291,7 @@ pub fn attempt_entry(at: DateTime<Utc>, attempt: &Attempt) -> Value {
 
 /// A delivery row recorded before its first attempt, so a crash mid-call leaves a record the
 /// worker retries; leased by the caller while it makes its attempts.
-pub fn pending_row(
+fn pending_row(
     organization_id: &str,
     destination_id: &str,
     body: &Value,
@@ -293,7 +344,7 @@ impl Attempted {
 }
 
 /// Up to four attempts now (0.5 s, 1 s, 2 s apart) while the answer is worth retrying.
-pub async fn attempt_with_retries(
+async fn attempt_with_retries(
     secrets: &SecretBox,
     delivery_id: &str,
     dest: &destination::Model,
@@ -334,16 +385,9 @@ pub async fn attempt_with_retries(
     }
 }
 
-/// Stores what the attempts came to; a delivery still failing is left to the worker.
-pub async fn record_attempts<C: ConnectionTrait>(
-    conn: &C,
-    done: &Attempted,
-) -> Result<(), sea_orm::DbErr> {
-    record_attempts_of(conn, std::slice::from_ref(done)).await
-}
-
-/// [`record_attempts`] for many deliveries, in one statement per few thousand (an automation
-/// processor's batch records them while it holds the write lock).
+/// Stores what deliveries' attempts came to, in one statement per few thousand (an automation
+/// processor's batch records them while it holds the write lock); a delivery still failing is
+/// left to the worker.
 pub async fn record_attempts_of<C: ConnectionTrait>(
     conn: &C,
     done: &[Attempted],
@@ -387,20 +431,4 @@ pub async fn record_attempts_of<C: ConnectionTrait>(
         .collect();
     RECORD.exec(conn, rows).await?;
     Ok(())
-}
-
-async fn deliver_one(
-    db: &DatabaseConnection,
-    secrets: &SecretBox,
-    organization_id: &str,
-    dest: destination::Model,
-    body: &Value,
-    automation_run_id: Option<&str>,
-) -> Result<Delivery, sea_orm::DbErr> {
-    let row = pending_row(organization_id, &dest.id, body, automation_run_id)
-        .insert(db)
-        .await?;
-    let done = attempt_with_retries(secrets, &row.id, &dest, body).await;
-    record_attempts(db, &done).await?;
-    Ok(done.delivery())
 }

@@ -9,7 +9,9 @@ use sea_orm::{
     QueryOrder, QuerySelect,
 };
 
-use super::delivery::{attempt_entry, attempt_once, background_backoff, retry_window, Attempt};
+use super::delivery::{
+    attempt_entry, attempt_once, record_attempts_of, retry_window, Attempt, Attempted,
+};
 use crate::crypto::SecretBox;
 use entity::{
     destination,
@@ -81,45 +83,27 @@ pub async fn run_due(
             _ => Vec::new(),
         };
         log.push(attempt_entry(attempted_at, &outcome));
-        let (status, http, error, next) = match outcome {
-            Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None, None),
-            Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error), None),
-            Attempt::Retryable { http, error } => {
-                if finished - row.created_at >= retry_window() {
-                    (
-                        DeliveryStatus::Failed,
-                        http,
-                        Some(format!("{error}; gave up after 24 h")),
-                        None,
-                    )
-                } else {
-                    (
-                        DeliveryStatus::Retrying,
-                        http,
-                        Some(error),
-                        Some(finished + background_backoff(attempts)),
-                    )
-                }
-            }
+        let (status, http_status, error) = match outcome {
+            Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None),
+            Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error)),
+            Attempt::Retryable { http, error } if finished - row.created_at >= retry_window() => (
+                DeliveryStatus::Failed,
+                http,
+                Some(format!("{error}; gave up after 24 h")),
+            ),
+            Attempt::Retryable { http, error } => (DeliveryStatus::Retrying, http, Some(error)),
         };
-        nd::Entity::update_many()
-            .col_expr(nd::Column::Status, Expr::value(status))
-            .col_expr(nd::Column::Attempts, Expr::value(attempts))
-            .col_expr(nd::Column::HttpStatus, Expr::value(http.map(i32::from)))
-            .col_expr(nd::Column::Error, Expr::value(error))
-            .col_expr(nd::Column::NextAttemptAt, Expr::value(next))
-            .col_expr(
-                nd::Column::LeaseUntil,
-                Expr::value(Option::<chrono::DateTime<Utc>>::None),
-            )
-            .col_expr(
-                nd::Column::AttemptLog,
-                Expr::value(serde_json::Value::Array(log)),
-            )
-            .col_expr(nd::Column::UpdatedAt, Expr::value(finished))
-            .filter(nd::Column::Id.eq(row.id.clone()))
-            .exec(db)
-            .await?;
+        // Recorded as every attempt is: the next try after the backoff for `attempts`.
+        let done = Attempted {
+            delivery_id: row.id,
+            destination_id: row.destination_id,
+            status,
+            attempts,
+            http_status,
+            error,
+            log,
+        };
+        record_attempts_of(db, std::slice::from_ref(&done)).await?;
     }
     Ok(attempted)
 }
