@@ -4,7 +4,7 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::definition as platform_agents;
+use super::definition;
 use super::{
     run_loop::{self, RunRequest},
     run_records::RunRecord,
@@ -40,16 +40,15 @@ pub struct AgentOutcome {
 /// whatever goes wrong becomes a warning, and the engine falls back to its template.
 pub async fn run_for_automation(runtime: &AgentRuntime, input: AutomationRunInput) -> AgentOutcome {
     let org = input.organization_id.to_string();
-    let agent =
-        match platform_agents::get(&runtime.state.db, &org, &input.agent_id.to_string()).await {
-            Ok(agent) => agent,
-            Err(e) => {
-                return AgentOutcome {
-                    warnings: vec![format!("agent {} could not be run: {e}", input.agent_id)],
-                    ..Default::default()
-                }
+    let agent = match definition::get(&runtime.state.db, &org, &input.agent_id.to_string()).await {
+        Ok(agent) => agent,
+        Err(e) => {
+            return AgentOutcome {
+                warnings: vec![format!("agent {} could not be run: {e}", input.agent_id)],
+                ..Default::default()
             }
-        };
+        }
+    };
     let run = RunRecord::new(
         &org,
         &agent.id,

@@ -9,7 +9,7 @@ use sea_orm::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::definition as platform_agents;
+use super::definition;
 use super::Trigger;
 use crate::platform::{PlatformError, PlatformResult};
 use entity::agent_run::{self, AgentRunStatus};
@@ -231,7 +231,7 @@ pub async fn list(
     let page =
         crate::platform::paging::page_request::<AgentRunStatus>(status_filter, limit, cursor)?;
     let (status_filter, limit, after) = (page.status, page.limit, page.after);
-    let agent = platform_agents::get(db, org, agent).await?;
+    let agent = definition::get(db, org, agent).await?;
     let mut query = agent_run::Entity::find()
         .filter(agent_run::Column::OrganizationId.eq(org))
         .filter(agent_run::Column::AgentId.eq(agent.id.as_str()));
@@ -273,7 +273,7 @@ pub async fn get(
     agent: &str,
     run_id: &str,
 ) -> PlatformResult<agent_run::Model> {
-    let agent = platform_agents::get(db, org, agent).await?;
+    let agent = definition::get(db, org, agent).await?;
     agent_run::Entity::find_by_id(run_id.trim().to_string())
         .filter(agent_run::Column::OrganizationId.eq(org))
         .filter(agent_run::Column::AgentId.eq(agent.id.as_str()))

@@ -19,7 +19,7 @@ use super::{
     runs::Subject,
 };
 use crate::{
-    engine::automations as platform_automations,
+    engine::automations,
     platform::{paging, PlatformError, PlatformResult},
     state::AppState,
     tools::{common::resolve_customer, ToolContext, ToolError},
@@ -70,9 +70,7 @@ pub async fn list(
     cursor: Option<&str>,
 ) -> PlatformResult<RunPage> {
     let page = paging::page_request::<AutomationRunStatus>(status_filter, limit, cursor)?;
-    let automation = platform_automations::get(db, org, automation_id)
-        .await?
-        .automation;
+    let automation = automations::get(db, org, automation_id).await?.automation;
     let mut query = automation_run::Entity::find()
         .filter(automation_run::Column::OrganizationId.eq(org))
         .filter(automation_run::Column::AutomationId.eq(&automation.id));
@@ -117,9 +115,7 @@ pub async fn get(
     automation_id: &str,
     run_id: &str,
 ) -> PlatformResult<RunView> {
-    let automation = platform_automations::get(db, org, automation_id)
-        .await?
-        .automation;
+    let automation = automations::get(db, org, automation_id).await?.automation;
     let not_found = || PlatformError::NotFound(format!("run `{}` not found", run_id.trim()));
     let run_id = uuid::Uuid::parse_str(run_id.trim()).map_err(|_| not_found())?;
     let run = automation_run::Entity::find_by_id(run_id.to_string())
@@ -154,7 +150,7 @@ pub async fn test(
     input: TestInput,
 ) -> PlatformResult<TestOutcome> {
     let db = &state.db;
-    let view = platform_automations::get(db, org, automation_id).await?;
+    let view = automations::get(db, org, automation_id).await?;
     let automation = &view.automation;
     let now = Utc::now();
     let signals: Vec<LoadedSignal> = view

@@ -32,7 +32,7 @@ use super::{
 };
 use crate::{
     agents::{AgentRuntime, AutomationRunInput},
-    engine::automations::{self as platform_automations, AutomationView},
+    engine::automations::{self, AutomationView},
     notify::delivery::{record_attempts_of, Outbox},
     state::AppState,
     tools::{get_customer, ToolContext},
@@ -394,20 +394,19 @@ pub async fn process_batch(state: &AppState, batch: Vec<automation_run::Model>) 
     let mut ids: Vec<String> = batch.iter().map(|r| r.automation_id.clone()).collect();
     ids.sort();
     ids.dedup();
-    let views: HashMap<String, AutomationView> =
-        match platform_automations::views_by_ids(db, ids).await {
-            Ok(v) => v
-                .into_iter()
-                .map(|v| (v.automation.id.clone(), v))
-                .collect(),
-            Err(e) => {
-                let e = anyhow::anyhow!("loading the automations: {e}");
-                for run in &batch {
-                    fail(state, run, anyhow::anyhow!("{e}")).await;
-                }
-                return;
+    let views: HashMap<String, AutomationView> = match automations::views_by_ids(db, ids).await {
+        Ok(v) => v
+            .into_iter()
+            .map(|v| (v.automation.id.clone(), v))
+            .collect(),
+        Err(e) => {
+            let e = anyhow::anyhow!("loading the automations: {e}");
+            for run in &batch {
+                fail(state, run, anyhow::anyhow!("{e}")).await;
             }
-        };
+            return;
+        }
+    };
     let (alone, together): (Vec<_>, Vec<_>) = batch.into_iter().partition(|r| {
         r.subject.is_none()
             || views
