@@ -459,10 +459,13 @@ pub async fn create(
     let match_mode = body.match_mode.as_str();
     let now = Utc::now();
     let id = uuid::Uuid::new_v4().to_string();
-    let hash = config_hash(&json!({
-        "triggerType": trigger_type, "triggerJson": trigger, "audienceFilterJson": audience,
-        "matchMode": match_mode, "agentId": agent_id,
-    }));
+    let hash = automation_hash(
+        trigger_type,
+        &trigger,
+        &audience,
+        match_mode,
+        agent_id.as_deref(),
+    );
     let model = NewAutomationRow {
         id: id.clone(),
         organization_id: org.clone(),
@@ -485,6 +488,22 @@ pub async fn create(
     let resources = resources_of(&view);
     let details = json!({ "key": view.automation.key });
     Change::commit(txn, ctx, view, resources, details).await
+}
+
+/// An automation's `configHash`: of what it does (trigger, audience, match mode, agent), the
+/// same whoever wrote it (the API, `custintel apply`, the demo seed).
+pub fn automation_hash(
+    trigger_type: &str,
+    trigger_json: &Value,
+    audience_filter_json: &Value,
+    match_mode: &str,
+    agent_id: Option<&str>,
+) -> String {
+    config_hash(&json!({
+        "triggerType": trigger_type, "triggerJson": trigger_json,
+        "audienceFilterJson": audience_filter_json, "matchMode": match_mode,
+        "agentId": agent_id,
+    }))
 }
 
 /// What a new automation's row is made of; the rest of it starts empty: disabled, never run.

@@ -102,7 +102,7 @@ impl<N: ContractName> ToJSON for ContractJson<N> {
     }
 }
 
-/// Registers a tagged body: each member's schema gains the tag property (its values,
+/// Registers a tagged body: each member's schema gains the tag property (its value,
 /// required) and the body is `oneOf` the members with a `discriminator`. A member may itself be
 /// `oneOf` other objects (its members then gain the tag).
 pub fn register_tagged(
@@ -112,26 +112,14 @@ pub fn register_tagged(
     tag: &'static str,
     members: &[(&'static str, String)],
 ) {
-    for (_, member) in members {
-        let values: Vec<Value> = members
-            .iter()
-            .filter(|(_, m)| m == member)
-            .map(|(v, _)| Value::from(*v))
-            .collect();
-        add_tag(registry, member, tag, &values);
-    }
-    let mut one_of: Vec<MetaSchemaRef> = Vec::new();
-    for (_, member) in members {
-        let reference = MetaSchemaRef::Reference(member.clone());
-        if !one_of.contains(&reference) {
-            one_of.push(reference);
-        }
+    for (value, member) in members {
+        add_tag(registry, member, tag, &[Value::from(*value)]);
     }
     registry.schemas.insert(
         name.to_string(),
         MetaSchema {
             description: Some(description),
-            one_of,
+            one_of: references(members.iter().map(|(_, m)| m)),
             discriminator: Some(poem_openapi::registry::MetaDiscriminatorObject {
                 property_name: tag,
                 mapping: members
@@ -211,9 +199,9 @@ pub fn register_alternatives(
     register_described(registry, name, description, schema);
 }
 
-fn references(members: &[String]) -> Vec<MetaSchemaRef> {
+fn references<'a>(members: impl IntoIterator<Item = &'a String>) -> Vec<MetaSchemaRef> {
     members
-        .iter()
+        .into_iter()
         .map(|m| MetaSchemaRef::Reference(m.clone()))
         .collect()
 }

@@ -97,6 +97,17 @@ pub enum Attempt {
     },
 }
 
+impl Attempt {
+    /// The delivery's status, HTTP status and error after this attempt.
+    pub fn outcome(self) -> (DeliveryStatus, Option<u16>, Option<String>) {
+        match self {
+            Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None),
+            Attempt::Retryable { http, error } => (DeliveryStatus::Retrying, http, Some(error)),
+            Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error)),
+        }
+    }
+}
+
 fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
@@ -369,11 +380,7 @@ async fn attempt_with_retries(
             break;
         }
     }
-    let (status, http_status, error) = match last {
-        Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None),
-        Attempt::Retryable { http, error } => (DeliveryStatus::Retrying, http, Some(error)),
-        Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error)),
-    };
+    let (status, http_status, error) = last.outcome();
     Attempted {
         delivery_id: delivery_id.to_string(),
         destination_id: dest.id.clone(),

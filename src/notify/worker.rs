@@ -83,16 +83,11 @@ pub async fn run_due(
             _ => Vec::new(),
         };
         log.push(attempt_entry(attempted_at, &outcome));
-        let (status, http_status, error) = match outcome {
-            Attempt::Delivered(code) => (DeliveryStatus::Delivered, Some(code), None),
-            Attempt::Permanent { http, error } => (DeliveryStatus::Failed, http, Some(error)),
-            Attempt::Retryable { http, error } if finished - row.created_at >= retry_window() => (
-                DeliveryStatus::Failed,
-                http,
-                Some(format!("{error}; gave up after 24 h")),
-            ),
-            Attempt::Retryable { http, error } => (DeliveryStatus::Retrying, http, Some(error)),
-        };
+        let (mut status, http_status, mut error) = outcome.outcome();
+        if status == DeliveryStatus::Retrying && finished - row.created_at >= retry_window() {
+            status = DeliveryStatus::Failed;
+            error = error.map(|e| format!("{e}; gave up after 24 h"));
+        }
         // Recorded as every attempt is: the next try after the backoff for `attempts`.
         let done = Attempted {
             delivery_id: row.id,

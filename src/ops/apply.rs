@@ -310,12 +310,13 @@ struct WantedAutomation {
 
 impl WantedAutomation {
     fn hash(&self) -> String {
-        // The same input as automations created through the API.
-        config_hash(&json!({
-            "triggerType": self.trigger_type, "triggerJson": self.trigger_json,
-            "audienceFilterJson": self.audience, "matchMode": self.match_mode,
-            "agentId": self.agent_id,
-        }))
+        automations::automation_hash(
+            &self.trigger_type,
+            &self.trigger_json,
+            &self.audience,
+            &self.match_mode,
+            self.agent_id.as_deref(),
+        )
     }
 }
 

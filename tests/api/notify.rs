@@ -323,3 +323,45 @@ db_test!(
         assert!(rx.seen.lock().unwrap().is_empty());
     }
 );
+
+db_test!(
+    concurrent_notifications_are_each_delivered_once,
+    |app: TestApp| async move {
+        let org = app.org("Busy Notify Co").await;
+        let (url, rx) = start_receiver(&[]).await;
+        let (a, _) = webhook(&app, &org.api_key, "A", &format!("{url}/a"), false).await;
+        let (b, _) = webhook(&app, &org.api_key, "B", &format!("{url}/b"), false).await;
+        const CALLERS: usize = 16;
+        let calls = (0..CALLERS).map(|i| {
+            let ctx = ctx(&app, &org.organization_id);
+            let input = input(json!({
+                "title": format!("call {i}"), "message": "m", "destinations": [a, b]
+            }));
+            async move { send_notification::run(&ctx, input).await }
+        });
+        for out in futures::future::join_all(calls).await {
+            let out = out.expect("each call answers");
+            for delivery in out["deliveries"].as_array().unwrap() {
+                assert_eq!(delivery["status"], "delivered", "{out}");
+            }
+        }
+        // Every call reached both receivers once, and each delivery is one row.
+        let seen = rx.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), CALLERS * 2);
+        let mut titles: Vec<String> = seen
+            .iter()
+            .map(|(_, body)| serde_json::from_str::<Value>(body).unwrap()["title"].to_string())
+            .collect();
+        titles.sort();
+        titles.dedup();
+        assert_eq!(titles.len(), CALLERS);
+        use sea_orm::{EntityTrait, PaginatorTrait};
+        assert_eq!(
+            entity::notification_delivery::Entity::find()
+                .count(&app.db)
+                .await
+                .unwrap(),
+            (CALLERS * 2) as u64
+        );
+    }
+);

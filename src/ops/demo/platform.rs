@@ -259,8 +259,7 @@ pub(super) async fn seed_destinations(
         } else {
             "WEBHOOK"
         };
-        // Same hash input as destinations created through the API.
-        let hash = config_hash(&json!({ "kind": kind.as_str(), "config": config }));
+        let hash = crate::notify::destinations::hash_of(kind.as_str(), &config);
         destination::ActiveModel {
             id: Set(id.clone()),
             organization_id: Set(org_id.to_string()),
@@ -279,7 +278,7 @@ pub(super) async fn seed_destinations(
             provider_error_message: Set(None),
             is_default: Set(is_default),
             schema_version: Set(SCHEMA_VERSION.to_string()),
-            config_hash: Set(Some(hash)),
+            config_hash: Set(hash),
             archived_at: Set(None),
             created_at: Set(created_at),
             updated_at: Set(now - days(updated)),
@@ -369,14 +368,13 @@ pub(super) async fn seed_automations(
     for (i, spec) in specs.into_iter().enumerate() {
         let id = new_id();
         let agent_id = spec.agent.map(|key| id_of(agents, key)).transpose()?;
-        // Same hash input as automations created through the API.
-        let hash = config_hash(&json!({
-            "triggerType": spec.trigger_type,
-            "triggerJson": spec.trigger,
-            "audienceFilterJson": spec.audience,
-            "matchMode": spec.match_mode,
-            "agentId": agent_id,
-        }));
+        let hash = crate::engine::automations::automation_hash(
+            spec.trigger_type,
+            &spec.trigger,
+            &spec.audience,
+            spec.match_mode,
+            agent_id.as_deref(),
+        );
         let created_at = now - days(60 - 4 * i as i64);
         let archived_at = spec.archived_days_ago.map(|d| now - days(d));
         let last_run_at = spec.last_run.map(|(_, d)| now - days(d));
