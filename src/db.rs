@@ -10,8 +10,8 @@ use std::time::Duration;
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
     sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
-    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbErr,
-    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
+    DbErr, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 
 pub use rows_insert::RowsInsert;
@@ -220,6 +220,27 @@ where
     .await
 }
 
+/// Makes the write transactions of one organization that name the same `scope` take turns, for
+/// work that reads before it writes what the read decides (a new resource's key, from the keys
+/// already taken). On PostgreSQL a transaction-level advisory lock on the pair, held until the
+/// commit or rollback; on SQLite [`begin_write`]'s write lock serializes them already.
+pub async fn take_turns<C: ConnectionTrait>(txn: &C, scope: &str, org: &str) -> Result<(), DbErr> {
+    if txn.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    txn.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT pg_advisory_xact_lock(hashtext($1))",
+        [format!("custintel.{scope}.{org}").into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// The scope of [`take_turns`] for writes of signals, destinations and automations: their keys
+/// are unique in an organization, and `custintel apply` compares a whole configuration.
+pub const CONFIGURATION: &str = "configuration";
+
 /// WAL pages after which a committing writer checkpoints itself (SQLite's default is 1,000):
 /// a backstop for processes that run no [`spawn_wal_checkpointer`] (the CLI's `import`), or
 /// for a checkpointer that falls behind. 16,384 pages of 4 KiB bound the WAL near 64 MiB.
@@ -234,7 +255,6 @@ const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// whichever writer crossed SQLite's 1,000-page default: that writer held the write lock
 /// meanwhile, and every other writer waited. `None` on PostgreSQL.
 pub fn spawn_wal_checkpointer(db: &DatabaseConnection) -> Option<tokio::task::JoinHandle<()>> {
-    use sea_orm::ConnectionTrait;
     if db.get_database_backend() != sea_orm::DbBackend::Sqlite {
         return None;
     }
@@ -271,7 +291,6 @@ pub async fn sqlite_file(db: &DatabaseConnection) -> Result<Option<std::path::Pa
     if db.get_database_backend() != sea_orm::DbBackend::Sqlite {
         return Ok(None);
     }
-    use sea_orm::ConnectionTrait;
     let row = db
         .query_one_raw(sea_orm::Statement::from_string(
             sea_orm::DbBackend::Sqlite,

@@ -169,13 +169,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             config::dedup_window()?;
             let public = public_url.unwrap_or_else(|| format!("http://{bind}"));
             let state = config::open_state(&url, &public).await?;
-            // Syncs and session expiry run in the background of every serving instance; the
-            // job leases keep several instances from running one sync twice.
-            let _scheduler = custintel::integrations::scheduler::spawn(
-                state.db.clone(),
-                state.secrets.clone(),
-                state.integrations.clone(),
-            );
             custintel::http::server::serve(state, &bind, |addr| {
                 tracing::info!("custintel listening on http://{addr} (docs at /docs)");
             })

@@ -1,5 +1,6 @@
 //! The work a serving instance does beside answering requests, started and stopped as one:
-//! retries of notification deliveries, agents' schedules, database maintenance (WAL
+//! retries of notification deliveries, agents' schedules, integrations' syncs and connect
+//! sessions' expiry, database maintenance (WAL
 //! checkpoints, planner statistics, kept counts), and, on a runtime of lower priority, the
 //! ingest applier with the automation engine's evaluation, its processor and schedule ticks.
 //! Runs, ticks and applied batches are claimed once across instances, so every instance runs
@@ -18,6 +19,7 @@ const RETRY_TICK: Duration = Duration::from_secs(5);
 pub struct Workers {
     tasks: Vec<JoinHandle<()>>,
     _agent_schedules: crate::agents::schedules::ScheduleHandle,
+    _integrations: Option<crate::integrations::scheduler::SchedulerHandle>,
     applier: Applier,
     /// Kept last: dropping it stops the tasks spawned on it.
     _background: Background,
@@ -34,6 +36,14 @@ impl Workers {
         )];
         let agent_schedules =
             crate::agents::schedules::spawn(crate::agents::AgentRuntime::new(state.clone()));
+        // Syncs are claimed with a lease, so several instances never run one twice.
+        let integrations = state.integrations.runs_scheduler.then(|| {
+            crate::integrations::scheduler::spawn(
+                state.db.clone(),
+                state.secrets.clone(),
+                state.integrations.clone(),
+            )
+        });
         tasks.extend(crate::db::spawn_wal_checkpointer(&state.db));
         // The planner's statistics: missing ones at start (a database filled before this
         // version, or by another process), stale ones as tables grow.
@@ -76,6 +86,7 @@ impl Workers {
         Ok(Self {
             tasks,
             _agent_schedules: agent_schedules,
+            _integrations: integrations,
             applier,
             _background: background,
         })

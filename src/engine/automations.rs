@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::platform::{
-    config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
-    ResourceRef,
+    config_hash, taken_keys, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError,
+    PlatformResult, ResourceRef,
 };
 use crate::validation::{Issues, PathSegment};
 use entity::{automation, automation_destination, automation_signal, destination, signal};
@@ -431,13 +431,13 @@ pub async fn create(
         )));
     }
 
-    let existing: Vec<String> = automation::Entity::find()
-        .select_only()
-        .column(automation::Column::Key)
-        .filter(automation::Column::OrganizationId.eq(org.as_str()))
-        .into_tuple()
-        .all(&txn)
-        .await?;
+    let existing = taken_keys::<automation::Entity>(
+        &txn,
+        &org,
+        automation::Column::OrganizationId,
+        automation::Column::Key,
+    )
+    .await?;
     let key = match body.key {
         Some(k) if existing.contains(&k) => {
             return Err(PlatformError::Conflict {
@@ -448,72 +448,42 @@ pub async fn create(
         Some(k) => k,
         None => unique_key(&body.name, &existing),
     };
-    let trigger = Value::Object(body.trigger_json.into_iter().collect());
-    let audience = Value::Object(
-        body.audience_filter_json
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-    );
-    let trigger_type = body.trigger_type.as_str();
-    let match_mode = body.match_mode.as_str();
-    let now = Utc::now();
-    let id = uuid::Uuid::new_v4().to_string();
-    let hash = automation_hash(
-        trigger_type,
-        &trigger,
-        &audience,
-        match_mode,
-        agent_id.as_deref(),
-    );
-    let model = NewAutomationRow {
-        id: id.clone(),
-        organization_id: org.clone(),
-        key,
-        managed_by: "UI",
+    let content = AutomationContent {
         name: body.name,
         description: body.description.value(),
-        trigger_type: trigger_type.into(),
-        trigger_json: trigger,
-        audience_filter_json: audience,
+        trigger_type: body.trigger_type.as_str().into(),
+        trigger_json: Value::Object(body.trigger_json.into_iter().collect()),
+        audience_filter_json: Value::Object(
+            body.audience_filter_json
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        ),
         agent_id,
-        match_mode: match_mode.into(),
-        config_hash: Some(hash),
-    }
-    .into_model(now)
-    .insert(&txn)
+        match_mode: body.match_mode.as_str().into(),
+    };
+    let model = store(
+        &txn,
+        &org,
+        &key,
+        content,
+        "UI",
+        None,
+        &body.signal_ids,
+        &body.destination_ids,
+        Utc::now(),
+    )
     .await?;
-    link(&txn, &id, &body.signal_ids, &body.destination_ids).await?;
     let view = view_one(&txn, model).await?;
     let resources = resources_of(&view);
     let details = json!({ "key": view.automation.key });
     Change::commit(txn, ctx, view, resources, details).await
 }
 
-/// An automation's `configHash`: of what it does (trigger, audience, match mode, agent), the
-/// same whoever wrote it (the API, `custintel apply`, the demo seed).
-pub fn automation_hash(
-    trigger_type: &str,
-    trigger_json: &Value,
-    audience_filter_json: &Value,
-    match_mode: &str,
-    agent_id: Option<&str>,
-) -> String {
-    config_hash(&json!({
-        "triggerType": trigger_type, "triggerJson": trigger_json,
-        "audienceFilterJson": audience_filter_json, "matchMode": match_mode,
-        "agentId": agent_id,
-    }))
-}
-
-/// What a new automation's row is made of; the rest of it starts empty: disabled, never run.
-/// The one builder of automation rows (the API's create, `custintel apply`, the benchmarks).
-pub struct NewAutomationRow {
-    pub id: String,
-    pub organization_id: String,
-    pub key: String,
-    /// `UI` (made through the API) or `CODE` (by `custintel apply`).
-    pub managed_by: &'static str,
+/// What an automation is, as a create body, a configuration file or a seed declares it; the
+/// rest of a new automation's row starts empty: disabled, never run.
+#[derive(Debug, Clone)]
+pub struct AutomationContent {
     pub name: String,
     pub description: Option<String>,
     pub trigger_type: String,
@@ -521,16 +491,34 @@ pub struct NewAutomationRow {
     pub audience_filter_json: Value,
     pub agent_id: Option<String>,
     pub match_mode: String,
-    pub config_hash: Option<String>,
 }
 
-impl NewAutomationRow {
-    pub fn into_model(self, now: DateTime<Utc>) -> automation::ActiveModel {
+impl AutomationContent {
+    /// The `configHash`: of what the automation does (trigger, audience, match mode, agent),
+    /// the same whoever wrote it.
+    pub fn hash(&self) -> String {
+        config_hash(&json!({
+            "triggerType": self.trigger_type, "triggerJson": self.trigger_json,
+            "audienceFilterJson": self.audience_filter_json, "matchMode": self.match_mode,
+            "agentId": self.agent_id,
+        }))
+    }
+
+    /// A new automation's row under `key`, disabled and never run, made `now`. The one builder
+    /// of automation rows (the API's create, `custintel apply`, the demo and the benchmarks).
+    pub fn new_row(
+        self,
+        org: &str,
+        key: &str,
+        managed_by: &'static str,
+        now: DateTime<Utc>,
+    ) -> automation::ActiveModel {
         automation::ActiveModel {
-            id: Set(self.id),
-            organization_id: Set(self.organization_id),
-            key: Set(self.key),
-            managed_by: Set(self.managed_by.into()),
+            id: Set(uuid::Uuid::new_v4().to_string()),
+            organization_id: Set(org.to_string()),
+            key: Set(key.to_string()),
+            managed_by: Set(managed_by.into()),
+            config_hash: Set(Some(self.hash())),
             name: Set(self.name),
             description: Set(self.description),
             enabled: Set(false),
@@ -540,7 +528,6 @@ impl NewAutomationRow {
             agent_id: Set(self.agent_id),
             match_mode: Set(self.match_mode),
             schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
-            config_hash: Set(self.config_hash),
             archived_at: Set(None),
             last_run_at: Set(None),
             last_run_status: Set(None),
@@ -550,6 +537,73 @@ impl NewAutomationRow {
             updated_at: Set(now),
         }
     }
+
+    /// Whether `stored` holds this content already, managed by `managed_by` and not archived
+    /// (its links are compared by the caller).
+    pub fn is_stored_in(&self, stored: &automation::Model, managed_by: &str) -> bool {
+        stored.managed_by == managed_by
+            && stored.archived_at.is_none()
+            && stored.name == self.name
+            && stored.description == self.description
+            && stored.trigger_type == self.trigger_type
+            && stored.trigger_json == self.trigger_json
+            && stored.audience_filter_json == self.audience_filter_json
+            && stored.agent_id == self.agent_id
+            && stored.match_mode == self.match_mode
+            && stored.config_hash.as_deref() == Some(self.hash().as_str())
+    }
+}
+
+/// The one write of an automation's row and links, for the API's create and `custintel
+/// apply`: a new automation under `key`, or `current` given this content and these links in
+/// place (restored if archived, managed by `managed_by` from now on). Whether it is enabled is
+/// left as it is: enabling is an action of its own.
+#[allow(clippy::too_many_arguments)]
+pub async fn store<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    key: &str,
+    content: AutomationContent,
+    managed_by: &'static str,
+    current: Option<automation::Model>,
+    signal_ids: &[String],
+    destination_ids: &[String],
+    now: DateTime<Utc>,
+) -> PlatformResult<automation::Model> {
+    let stored = match current {
+        None => {
+            content
+                .new_row(org, key, managed_by, now)
+                .insert(conn)
+                .await?
+        }
+        Some(current) => {
+            let mut model = current.into_active_model();
+            model.managed_by = Set(managed_by.into());
+            model.config_hash = Set(Some(content.hash()));
+            model.name = Set(content.name);
+            model.description = Set(content.description);
+            model.trigger_type = Set(content.trigger_type);
+            model.trigger_json = Set(content.trigger_json);
+            model.audience_filter_json = Set(content.audience_filter_json);
+            model.agent_id = Set(content.agent_id);
+            model.match_mode = Set(content.match_mode);
+            model.archived_at = Set(None);
+            model.updated_at = Set(now);
+            let stored = model.update(conn).await?;
+            automation_signal::Entity::delete_many()
+                .filter(automation_signal::Column::AutomationId.eq(stored.id.as_str()))
+                .exec(conn)
+                .await?;
+            automation_destination::Entity::delete_many()
+                .filter(automation_destination::Column::AutomationId.eq(stored.id.as_str()))
+                .exec(conn)
+                .await?;
+            stored
+        }
+    };
+    link(conn, &stored.id, signal_ids, destination_ids).await?;
+    Ok(stored)
 }
 
 /// Links an automation to signals and destinations (ids already checked).

@@ -1,16 +1,16 @@
 //! Signals: event-matching definitions that automations trigger on.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
+    IntoActiveModel, QueryFilter, QueryOrder, Set,
 };
 use serde_json::{json, Value};
 
 use super::config::{compile_signal, under};
 use crate::platform::{
-    config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
-    ResourceRef,
+    config_hash, taken_keys, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError,
+    PlatformResult, ResourceRef,
 };
 use crate::validation::Issues;
 use entity::signal::{self, SignalKind};
@@ -34,6 +34,84 @@ fn validate(body: &NewSignal) -> PlatformResult<()> {
         issues.0.extend(under(&["definition"], found));
     }
     issues.into_result().map_err(Into::into)
+}
+
+/// What a signal is, as a create body or a configuration file declares it.
+#[derive(Debug, Clone)]
+pub struct SignalContent {
+    pub kind: SignalKind,
+    pub name: String,
+    pub description: Option<String>,
+    /// Checked against the kind's contract ([`compile_signal`]) before it is stored.
+    pub definition: Value,
+}
+
+impl SignalContent {
+    /// A new signal's row: this content under `key`, never archived, made `now`.
+    pub fn new_row(
+        self,
+        org: &str,
+        key: &str,
+        managed_by: &'static str,
+        now: DateTime<Utc>,
+    ) -> signal::ActiveModel {
+        signal::ActiveModel {
+            id: Set(uuid::Uuid::new_v4().to_string()),
+            organization_id: Set(org.to_string()),
+            key: Set(key.to_string()),
+            managed_by: Set(managed_by.into()),
+            name: Set(self.name),
+            description: Set(self.description),
+            kind: Set(self.kind),
+            config_hash: Set(Some(config_hash(&self.definition))),
+            definition: Set(self.definition),
+            schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
+            archived_at: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+    }
+
+    /// Whether `stored` holds this content already, managed by `managed_by` and not archived.
+    pub fn is_stored_in(&self, stored: &signal::Model, managed_by: &str) -> bool {
+        stored.managed_by == managed_by
+            && stored.archived_at.is_none()
+            && stored.kind == self.kind
+            && stored.name == self.name
+            && stored.description == self.description
+            && stored.definition == self.definition
+            && stored.config_hash.as_deref() == Some(config_hash(&self.definition).as_str())
+    }
+}
+
+/// The one write of a signal's row, for the API's create and `custintel apply`: a new signal
+/// under `key`, or `current` given this content in place (restored if it was archived, and
+/// managed by `managed_by` from now on).
+pub async fn store<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    key: &str,
+    content: SignalContent,
+    managed_by: &'static str,
+    current: Option<signal::Model>,
+    now: DateTime<Utc>,
+) -> PlatformResult<signal::Model> {
+    let Some(current) = current else {
+        return Ok(content
+            .new_row(org, key, managed_by, now)
+            .insert(conn)
+            .await?);
+    };
+    let mut model = current.into_active_model();
+    model.managed_by = Set(managed_by.into());
+    model.kind = Set(content.kind);
+    model.name = Set(content.name);
+    model.description = Set(content.description);
+    model.config_hash = Set(Some(config_hash(&content.definition)));
+    model.definition = Set(content.definition);
+    model.archived_at = Set(None);
+    model.updated_at = Set(now);
+    Ok(model.update(conn).await?)
 }
 
 /// Lists the organization's signals, newest first; archived ones only when asked.
@@ -70,33 +148,21 @@ pub async fn create(
     validate(&body)?;
     let org = ctx.org().to_string();
     let txn = crate::db::begin_write(db).await?;
-    let existing: Vec<String> = signal::Entity::find()
-        .select_only()
-        .column(signal::Column::Key)
-        .filter(signal::Column::OrganizationId.eq(org.as_str()))
-        .into_tuple()
-        .all(&txn)
-        .await?;
-    let key = unique_key(&body.name, &existing);
-    let definition = body.definition;
-    let now = Utc::now();
-    let signal = signal::ActiveModel {
-        id: Set(uuid::Uuid::new_v4().to_string()),
-        organization_id: Set(org.clone()),
-        key: Set(key),
-        managed_by: Set("UI".into()),
-        name: Set(body.name),
-        description: Set(body.description.value()),
-        kind: Set(SignalKind::EventMatch),
-        config_hash: Set(Some(config_hash(&definition))),
-        definition: Set(definition),
-        schema_version: Set(crate::platform::SCHEMA_VERSION.into()),
-        archived_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-    }
-    .insert(&txn)
+    let existing = taken_keys::<signal::Entity>(
+        &txn,
+        &org,
+        signal::Column::OrganizationId,
+        signal::Column::Key,
+    )
     .await?;
+    let key = unique_key(&body.name, &existing);
+    let content = SignalContent {
+        kind: SignalKind::EventMatch,
+        name: body.name,
+        description: body.description.value(),
+        definition: body.definition,
+    };
+    let signal = store(&txn, &org, &key, content, "UI", None, Utc::now()).await?;
     let resources = vec![ResourceRef::new("signal", signal.id.clone())];
     let details = json!({ "key": signal.key });
     Change::commit(txn, ctx, signal, resources, details).await

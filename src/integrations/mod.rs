@@ -33,6 +33,9 @@ pub struct IntegrationsConfig {
     pub sync_interval: Duration,
     /// How often the scheduler looks for due work (`CUSTINTEL_SCHEDULER_TICK_MS`).
     pub scheduler_tick: Duration,
+    /// Whether a serving instance's background work runs the scheduler (syncs, connect
+    /// sessions' expiry). On for `serve`; off where a caller drives the scheduler itself.
+    pub runs_scheduler: bool,
 }
 
 pub const DEFAULT_STRIPE_API_BASE: &str = "https://api.stripe.com";
@@ -46,6 +49,7 @@ impl Default for IntegrationsConfig {
             stripe_api_base: DEFAULT_STRIPE_API_BASE.to_string(),
             sync_interval: Duration::from_secs(DEFAULT_SYNC_INTERVAL_SECS),
             scheduler_tick: Duration::from_millis(DEFAULT_SCHEDULER_TICK_MS),
+            runs_scheduler: true,
         }
     }
 }

@@ -1,17 +1,17 @@
 //! Destinations: where automations and notifications deliver (signed webhooks, Slack channels).
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
+    IntoActiveModel, QueryFilter, QueryOrder, Set,
 };
 use serde_json::{json, Value};
 
 use crate::platform::{
-    config_hash, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
-    ResourceRef,
+    config_hash, taken_keys, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError,
+    PlatformResult, ResourceRef,
 };
 use crate::{
     crypto::{mask, SecretBox},
@@ -150,6 +150,174 @@ pub fn endpoint_of(
     (given.unwrap_or_default().to_string(), issues)
 }
 
+/// What a destination is, as a create body or a configuration file declares it.
+#[derive(Debug, Clone)]
+pub struct DestinationContent {
+    pub kind: DestinationKind,
+    pub name: String,
+    pub description: Option<String>,
+    /// `None`: a new destination is enabled, a stored one keeps its state.
+    pub enabled: Option<bool>,
+    pub is_default: bool,
+    /// Where it sends, checked by [`endpoint_of`]: a webhook's `url`, a Slack `webhookUrl`.
+    pub endpoint: String,
+}
+
+/// What a destination's row holds for its endpoint: the provider, the config shown (secrets
+/// masked) and the secret kept encrypted. A webhook keeps the signing secret of `keep`; one
+/// without any gets a new one, returned in the clear to be shown once.
+struct EndpointMaterial {
+    provider: &'static str,
+    config: Value,
+    secret_ciphertext: String,
+    new_signing_secret: Option<String>,
+}
+
+impl DestinationContent {
+    fn material(&self, keep: Option<&destination::Model>, secrets: &SecretBox) -> EndpointMaterial {
+        if self.kind == DestinationKind::SlackChannel {
+            return EndpointMaterial {
+                provider: "SLACK",
+                config: json!({ "webhookUrl": mask(&self.endpoint, 24) }),
+                secret_ciphertext: secrets.encrypt(&self.endpoint),
+                new_signing_secret: None,
+            };
+        }
+        let kept = keep
+            .filter(|d| d.kind == DestinationKind::WebhookEndpoint)
+            .and_then(|d| Some((d.secret_ciphertext.clone()?, d.config.get("signingSecret")?)));
+        let (secret_ciphertext, masked, new_signing_secret) = match kept {
+            Some((cipher, masked)) => (cipher, masked.clone(), None),
+            None => {
+                let secret = new_signing_secret();
+                (
+                    secrets.encrypt(&secret),
+                    json!(mask(&secret, 6)),
+                    Some(secret),
+                )
+            }
+        };
+        EndpointMaterial {
+            provider: "WEBHOOK",
+            config: json!({ "url": self.endpoint, "signingSecret": masked }),
+            secret_ciphertext,
+            new_signing_secret,
+        }
+    }
+
+    /// A new destination's row under `key`, made `now`, and a webhook's new signing secret.
+    pub fn new_row(
+        self,
+        secrets: &SecretBox,
+        org: &str,
+        key: &str,
+        managed_by: &'static str,
+        now: DateTime<Utc>,
+    ) -> (destination::ActiveModel, Option<String>) {
+        let material = self.material(None, secrets);
+        let row = destination::ActiveModel {
+            id: Set(uuid::Uuid::new_v4().to_string()),
+            organization_id: Set(org.to_string()),
+            key: Set(key.to_string()),
+            managed_by: Set(managed_by.into()),
+            name: Set(self.name),
+            description: Set(self.description),
+            provider: Set(material.provider.to_string()),
+            kind: Set(self.kind),
+            enabled: Set(self.enabled.unwrap_or(true)),
+            config_hash: Set(hash_of(self.kind.as_str(), &material.config)),
+            config: Set(material.config),
+            secret_ciphertext: Set(Some(material.secret_ciphertext)),
+            // Webhooks and Slack incoming webhooks have no provider-side object to sync.
+            sync_status: Set(DestinationSyncStatus::Synced),
+            last_synced_at: Set(Some(now)),
+            provider_error_code: Set(None),
+            provider_error_message: Set(None),
+            is_default: Set(self.is_default),
+            schema_version: Set(crate::platform::SCHEMA_VERSION.to_string()),
+            archived_at: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+        };
+        (row, material.new_signing_secret)
+    }
+
+    /// Whether `stored` holds this content already, managed by `managed_by` and not archived.
+    /// A Slack channel's hook is compared with the one stored encrypted.
+    pub fn is_stored_in(
+        &self,
+        stored: &destination::Model,
+        managed_by: &str,
+        secrets: &SecretBox,
+    ) -> bool {
+        let endpoint_same = match self.kind {
+            DestinationKind::WebhookEndpoint => {
+                stored.config.get("url").and_then(Value::as_str) == Some(self.endpoint.as_str())
+            }
+            DestinationKind::SlackChannel => stored
+                .secret_ciphertext
+                .as_deref()
+                .and_then(|c| secrets.decrypt(c).ok())
+                .is_some_and(|hook| hook == self.endpoint),
+        };
+        stored.managed_by == managed_by
+            && stored.archived_at.is_none()
+            && stored.kind == self.kind
+            && stored.name == self.name
+            && stored.description == self.description
+            && stored.is_default == self.is_default
+            && self.enabled.is_none_or(|e| e == stored.enabled)
+            && endpoint_same
+    }
+}
+
+/// The one write of a destination's row, for the API's create and `custintel apply`: a new
+/// destination under `key`, or `current` given this content in place (restored if archived,
+/// managed by `managed_by` from now on). A default destination takes the place of the
+/// organization's other default.
+#[allow(clippy::too_many_arguments)]
+pub async fn store<C: ConnectionTrait>(
+    conn: &C,
+    secrets: &SecretBox,
+    org: &str,
+    key: &str,
+    content: DestinationContent,
+    managed_by: &'static str,
+    current: Option<destination::Model>,
+    now: DateTime<Utc>,
+) -> PlatformResult<CreatedDestination> {
+    if content.is_default {
+        clear_default(conn, org).await?;
+    }
+    let Some(current) = current else {
+        let (row, signing_secret) = content.new_row(secrets, org, key, managed_by, now);
+        return Ok(CreatedDestination {
+            destination: row.insert(conn).await?,
+            signing_secret,
+        });
+    };
+    let material = content.material(Some(&current), secrets);
+    let mut model = current.into_active_model();
+    model.managed_by = Set(managed_by.into());
+    model.kind = Set(content.kind);
+    model.provider = Set(material.provider.to_string());
+    model.name = Set(content.name);
+    model.description = Set(content.description);
+    if let Some(enabled) = content.enabled {
+        model.enabled = Set(enabled);
+    }
+    model.is_default = Set(content.is_default);
+    model.config_hash = Set(hash_of(content.kind.as_str(), &material.config));
+    model.config = Set(material.config);
+    model.secret_ciphertext = Set(Some(material.secret_ciphertext));
+    model.archived_at = Set(None);
+    model.updated_at = Set(now);
+    Ok(CreatedDestination {
+        destination: model.update(conn).await?,
+        signing_secret: material.new_signing_secret,
+    })
+}
+
 pub async fn create(
     db: &DatabaseConnection,
     secrets: &SecretBox,
@@ -167,66 +335,30 @@ pub async fn create(
     for (field, message) in problems {
         issues.push(vec![field.into()], message);
     }
-    let (provider, config, secret, signing_secret) = match body.kind {
-        DestinationKind::WebhookEndpoint => {
-            let secret = new_signing_secret();
-            let config = json!({ "url": endpoint, "signingSecret": mask(&secret, 6) });
-            ("WEBHOOK", config, secret.clone(), Some(secret))
-        }
-        DestinationKind::SlackChannel => {
-            let config = json!({ "webhookUrl": mask(&endpoint, 24) });
-            ("SLACK", config, endpoint, None)
-        }
-    };
     issues.into_result()?;
 
     let org = ctx.org().to_string();
     let txn = crate::db::begin_write(db).await?;
-    let existing: Vec<String> = destination::Entity::find()
-        .select_only()
-        .column(destination::Column::Key)
-        .filter(destination::Column::OrganizationId.eq(org.as_str()))
-        .into_tuple()
-        .all(&txn)
-        .await?;
-    let key = unique_key(&body.name, &existing);
-    let is_default = body.is_default.unwrap_or(false);
-    if is_default {
-        clear_default(&txn, &org).await?;
-    }
-    let now = Utc::now();
-    let destination = destination::ActiveModel {
-        id: Set(uuid::Uuid::new_v4().to_string()),
-        organization_id: Set(org),
-        key: Set(key),
-        managed_by: Set("UI".into()),
-        name: Set(body.name),
-        description: Set(body.description.value()),
-        provider: Set(provider.to_string()),
-        kind: Set(body.kind),
-        enabled: Set(body.enabled.unwrap_or(true)),
-        config_hash: Set(hash_of(body.kind.as_str(), &config)),
-        config: Set(config),
-        secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
-        // Webhooks and Slack incoming webhooks have no provider-side object to sync.
-        sync_status: Set(DestinationSyncStatus::Synced),
-        last_synced_at: Set(Some(now)),
-        provider_error_code: Set(None),
-        provider_error_message: Set(None),
-        is_default: Set(is_default),
-        schema_version: Set(crate::platform::SCHEMA_VERSION.to_string()),
-        archived_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-    }
-    .insert(&txn)
+    let existing = taken_keys::<destination::Entity>(
+        &txn,
+        &org,
+        destination::Column::OrganizationId,
+        destination::Column::Key,
+    )
     .await?;
+    let key = unique_key(&body.name, &existing);
+    let content = DestinationContent {
+        kind: body.kind,
+        name: body.name,
+        description: body.description.value(),
+        enabled: body.enabled,
+        is_default: body.is_default.unwrap_or(false),
+        endpoint,
+    };
+    let created = store(&txn, secrets, &org, &key, content, "UI", None, Utc::now()).await?;
+    let destination = &created.destination;
     let resources = vec![ResourceRef::new("destination", destination.id.clone())];
     let details = json!({ "key": destination.key });
-    let created = CreatedDestination {
-        destination,
-        signing_secret,
-    };
     Change::commit(txn, ctx, created, resources, details).await
 }
 

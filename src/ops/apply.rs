@@ -18,26 +18,30 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use chrono::Utc;
 use entity::{
     automation, automation_destination, automation_signal,
-    destination::{self, DestinationKind, DestinationSyncStatus},
+    destination::{self, DestinationKind},
     signal::{self, SignalKind},
 };
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction,
-    EntityTrait, IntoActiveModel, QueryFilter, Set, TransactionTrait,
+    EntityTrait, QueryFilter, Set, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    crypto::{mask, SecretBox},
+    crypto::SecretBox,
     engine::{
-        automations,
+        automations::{self, AutomationContent},
         config::{compile_signal, parse_audience, parse_trigger, under},
+        signals::{self, SignalContent},
     },
-    notify::destinations::{self as dest_domain},
-    platform::{config_hash, PlatformError, SCHEMA_VERSION},
+    notify::destinations::{self, DestinationContent},
+    platform::PlatformError,
     validation::{parse_from, PathSegment, ValidationIssue},
 };
+
+/// What `managedBy` says of a resource this file wrote.
+const CODE: &str = "CODE";
 
 /// One resource in the plan: `{type, key, id}` (`id` null for a dry run's creations).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -269,22 +273,12 @@ fn parse_text(text: &str) -> Result<Value, ApplyError> {
 
 struct WantedSignal {
     key: String,
-    kind: SignalKind,
-    name: String,
-    description: Option<String>,
-    definition: Value,
+    content: SignalContent,
 }
 
 struct WantedDestination {
     key: String,
-    kind: DestinationKind,
-    name: String,
-    description: Option<String>,
-    /// `None`: left as it is (a new one is enabled).
-    enabled: Option<bool>,
-    is_default: bool,
-    /// `url` of a webhook, `webhookUrl` of a Slack channel.
-    target: String,
+    content: DestinationContent,
 }
 
 /// A reference from an automation to a signal or destination, by key.
@@ -297,27 +291,9 @@ enum Ref {
 
 struct WantedAutomation {
     key: String,
-    name: String,
-    description: Option<String>,
-    trigger_type: String,
-    trigger_json: Value,
-    audience: Value,
-    agent_id: Option<String>,
-    match_mode: String,
+    content: AutomationContent,
     signals: Vec<Ref>,
     destinations: Vec<Ref>,
-}
-
-impl WantedAutomation {
-    fn hash(&self) -> String {
-        automations::automation_hash(
-            &self.trigger_type,
-            &self.trigger_json,
-            &self.audience,
-            &self.match_mode,
-            self.agent_id.as_deref(),
-        )
-    }
 }
 
 /// The organization's configuration as stored, by key.
@@ -467,10 +443,12 @@ fn check_signals(raw: &[Value], problems: &mut Problems) -> Vec<WantedSignal> {
         }
         wanted.push(WantedSignal {
             key: spec.key,
-            kind,
-            name: spec.name,
-            description: spec.description,
-            definition,
+            content: SignalContent {
+                kind,
+                name: spec.name,
+                description: spec.description,
+                definition,
+            },
         });
     }
     wanted
@@ -487,7 +465,7 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
         let kind = DestinationKind::parse(&spec.kind);
         let target = match kind {
             Some(kind) => {
-                let (endpoint, issues) = dest_domain::endpoint_of(
+                let (endpoint, issues) = destinations::endpoint_of(
                     kind,
                     spec.url.as_deref(),
                     spec.webhook_url.as_deref(),
@@ -519,12 +497,14 @@ fn check_destinations(raw: &[Value], problems: &mut Problems) -> Vec<WantedDesti
         };
         wanted.push(WantedDestination {
             key: spec.key,
-            kind,
-            name: spec.name,
-            description: spec.description,
-            enabled: spec.enabled,
-            is_default,
-            target,
+            content: DestinationContent {
+                kind,
+                name: spec.name,
+                description: spec.description,
+                enabled: spec.enabled,
+                is_default,
+                endpoint: target,
+            },
         });
     }
     wanted
@@ -536,6 +516,7 @@ fn destination_enabled_after(
     stored: Option<&destination::Model>,
 ) -> bool {
     wanted
+        .content
         .enabled
         .unwrap_or_else(|| stored.map(|d| d.enabled).unwrap_or(true))
 }
@@ -660,13 +641,15 @@ async fn check_automations<C: ConnectionTrait>(
 
         wanted.push(WantedAutomation {
             key: spec.key,
-            name: spec.name,
-            description: spec.description,
-            trigger_type,
-            trigger_json,
-            audience,
-            agent_id,
-            match_mode,
+            content: AutomationContent {
+                name: spec.name,
+                description: spec.description,
+                trigger_type,
+                trigger_json,
+                audience_filter_json: audience,
+                agent_id,
+                match_mode,
+            },
             signals: signal_refs,
             destinations: destination_refs,
         });
@@ -676,37 +659,6 @@ async fn check_automations<C: ConnectionTrait>(
 
 // ---------------------------------------------------------------------------------------------
 // Comparing with what is stored
-
-fn signal_matches(w: &WantedSignal, s: &signal::Model) -> bool {
-    s.managed_by == "CODE"
-        && s.archived_at.is_none()
-        && s.kind == w.kind
-        && s.name == w.name
-        && s.description == w.description
-        && s.definition == w.definition
-        && s.config_hash.as_deref() == Some(config_hash(&w.definition).as_str())
-}
-
-fn destination_matches(w: &WantedDestination, d: &destination::Model, secrets: &SecretBox) -> bool {
-    let target_same = match w.kind {
-        DestinationKind::WebhookEndpoint => {
-            d.config.get("url").and_then(Value::as_str) == Some(&w.target)
-        }
-        DestinationKind::SlackChannel => d
-            .secret_ciphertext
-            .as_deref()
-            .and_then(|c| secrets.decrypt(c).ok())
-            .is_some_and(|hook| hook == w.target),
-    };
-    d.managed_by == "CODE"
-        && d.archived_at.is_none()
-        && d.kind == w.kind
-        && d.name == w.name
-        && d.description == w.description
-        && d.is_default == w.is_default
-        && w.enabled.is_none_or(|e| e == d.enabled)
-        && target_same
-}
 
 /// The ids an automation's references resolve to, when every referenced signal or destination
 /// already exists (`None` when one is still to be created).
@@ -744,16 +696,7 @@ fn automation_matches(
         |k| stored.destinations.get(k).map(|d| d.id.clone()),
     );
     let empty = BTreeSet::new();
-    a.managed_by == "CODE"
-        && a.archived_at.is_none()
-        && a.name == w.name
-        && a.description == w.description
-        && a.trigger_type == w.trigger_type
-        && a.trigger_json == w.trigger_json
-        && a.audience_filter_json == w.audience
-        && a.agent_id == w.agent_id
-        && a.match_mode == w.match_mode
-        && a.config_hash.as_deref() == Some(w.hash().as_str())
+    w.content.is_stored_in(a, CODE)
         && linked_signals.as_ref() == Some(stored.signal_links.get(&a.id).unwrap_or(&empty))
         && linked_destinations.as_ref()
             == Some(stored.destination_links.get(&a.id).unwrap_or(&empty))
@@ -817,12 +760,15 @@ pub async fn apply_text(
         return Err(ApplyError::plain(format!("no organization `{org}`")));
     }
 
-    // A dry run only reads; applying holds the write lock from the first read to the commit,
-    // so what was compared is what gets changed.
+    // A dry run only reads; applying takes its turn among the organization's configuration
+    // writers (other applies, the API's creates) from the first read to the commit, so what
+    // was compared is what gets changed.
     let txn = if dry_run {
         db.begin().await?
     } else {
-        crate::db::begin_write(db).await?
+        let txn = crate::db::begin_write(db).await?;
+        crate::db::take_turns(&txn, crate::db::CONFIGURATION, org).await?;
+        txn
     };
     let stored = load_stored(&txn, org).await?;
     let signals = check_signals(&doc.signals, &mut problems);
@@ -850,13 +796,17 @@ pub async fn apply_text(
 
     let signal_actions: Vec<Action> = signals
         .iter()
-        .map(|w| action_for(stored.signals.get(&w.key), |s| signal_matches(w, s)))
+        .map(|w| {
+            action_for(stored.signals.get(&w.key), |s| {
+                w.content.is_stored_in(s, CODE)
+            })
+        })
         .collect();
     let destination_actions: Vec<Action> = destinations
         .iter()
         .map(|w| {
             action_for(stored.destinations.get(&w.key), |d| {
-                destination_matches(w, d, secrets)
+                w.content.is_stored_in(d, CODE, secrets)
             })
         })
         .collect();
@@ -889,50 +839,62 @@ pub async fn apply_text(
 
     let mut report = ApplyReport::default();
     let now = Utc::now();
+    // Each resource is written by its own domain's `store`, as the API's create writes it.
+    let signal_keys: Vec<String> = signals.iter().map(|w| w.key.clone()).collect();
+    let destination_keys: Vec<String> = destinations.iter().map(|w| w.key.clone()).collect();
     let mut signal_ids: HashMap<String, String> = HashMap::new();
-    for (w, action) in signals.iter().zip(&signal_actions) {
-        let id = write_signal(&txn, org, w, stored.signals.get(&w.key), *action, now).await?;
+    for (w, action) in signals.into_iter().zip(&signal_actions) {
+        let current = stored.signals.get(&w.key);
+        let id = match (action, current) {
+            (Action::Keep, Some(s)) => s.id.clone(),
+            _ => {
+                signals::store(&txn, org, &w.key, w.content, CODE, current.cloned(), now)
+                    .await?
+                    .id
+            }
+        };
         report.push("signal", &w.key, *action, Some(id.clone()));
-        signal_ids.insert(w.key.clone(), id);
-    }
-    // One default: clear the others before a file destination becomes it.
-    let new_default = destinations
-        .iter()
-        .zip(&destination_actions)
-        .any(|(w, a)| w.is_default && *a != Action::Keep);
-    if new_default {
-        dest_domain::clear_default(&txn, org).await?;
+        signal_ids.insert(w.key, id);
     }
     let mut destination_ids: HashMap<String, String> = HashMap::new();
-    for (w, action) in destinations.iter().zip(&destination_actions) {
-        let id = write_destination(
-            &txn,
-            secrets,
-            org,
-            w,
-            stored.destinations.get(&w.key),
-            *action,
-            now,
-        )
-        .await?;
+    for (w, action) in destinations.into_iter().zip(&destination_actions) {
+        let current = stored.destinations.get(&w.key);
+        let id = match (action, current) {
+            (Action::Keep, Some(d)) => d.id.clone(),
+            _ => {
+                let current = current.cloned();
+                destinations::store(&txn, secrets, org, &w.key, w.content, CODE, current, now)
+                    .await?
+                    .destination
+                    .id
+            }
+        };
         report.push("destination", &w.key, *action, Some(id.clone()));
-        destination_ids.insert(w.key.clone(), id);
+        destination_ids.insert(w.key, id);
     }
-    for (w, action) in automations.iter().zip(&automation_actions) {
-        let linked_signals = link_ids(&w.signals, |n| &signals[n].key, &signal_ids);
-        let linked_destinations =
-            link_ids(&w.destinations, |n| &destinations[n].key, &destination_ids);
-        let id = write_automation(
-            &txn,
-            org,
-            w,
-            stored.automations.get(&w.key),
-            *action,
-            &linked_signals,
-            &linked_destinations,
-            now,
-        )
-        .await?;
+    for (w, action) in automations.into_iter().zip(&automation_actions) {
+        let current = stored.automations.get(&w.key);
+        let id = match (action, current) {
+            (Action::Keep, Some(a)) => a.id.clone(),
+            _ => {
+                let linked_signals = link_ids(&w.signals, &signal_keys, &signal_ids);
+                let linked_destinations =
+                    link_ids(&w.destinations, &destination_keys, &destination_ids);
+                automations::store(
+                    &txn,
+                    org,
+                    &w.key,
+                    w.content,
+                    CODE,
+                    current.cloned(),
+                    &linked_signals,
+                    &linked_destinations,
+                    now,
+                )
+                .await?
+                .id
+            }
+        };
         report.push("automation", &w.key, *action, Some(id));
     }
     if !report.created.is_empty() || !report.updated.is_empty() {
@@ -942,15 +904,12 @@ pub async fn apply_text(
     Ok(report)
 }
 
-/// The ids an automation links to once the file's signals or destinations are written.
-fn link_ids<'a>(
-    refs: &[Ref],
-    key_of: impl Fn(usize) -> &'a String,
-    written: &HashMap<String, String>,
-) -> Vec<String> {
+/// The ids an automation links to once the file's signals or destinations are written
+/// (`keys`: the file's keys of that section, in order).
+fn link_ids(refs: &[Ref], keys: &[String], written: &HashMap<String, String>) -> Vec<String> {
     refs.iter()
         .filter_map(|r| match r {
-            Ref::File(n) => written.get(key_of(*n)).cloned(),
+            Ref::File(n) => written.get(&keys[*n]).cloned(),
             Ref::Stored(id) => Some(id.clone()),
         })
         .collect()
@@ -969,206 +928,6 @@ impl ApplyReport {
             Action::Keep => self.unchanged.push(item),
         }
     }
-}
-
-async fn write_signal(
-    txn: &DatabaseTransaction,
-    org: &str,
-    w: &WantedSignal,
-    current: Option<&signal::Model>,
-    action: Action,
-    now: chrono::DateTime<Utc>,
-) -> Result<String, ApplyError> {
-    match (action, current) {
-        (Action::Keep, Some(s)) => Ok(s.id.clone()),
-        (Action::Update, Some(s)) => {
-            let mut model = s.clone().into_active_model();
-            model.managed_by = Set("CODE".into());
-            model.kind = Set(w.kind);
-            model.name = Set(w.name.clone());
-            model.description = Set(w.description.clone());
-            model.config_hash = Set(Some(config_hash(&w.definition)));
-            model.definition = Set(w.definition.clone());
-            model.archived_at = Set(None);
-            model.updated_at = Set(now);
-            Ok(model.update(txn).await?.id)
-        }
-        _ => {
-            let id = uuid::Uuid::new_v4().to_string();
-            signal::ActiveModel {
-                id: Set(id.clone()),
-                organization_id: Set(org.to_string()),
-                key: Set(w.key.clone()),
-                managed_by: Set("CODE".into()),
-                name: Set(w.name.clone()),
-                description: Set(w.description.clone()),
-                kind: Set(w.kind),
-                config_hash: Set(Some(config_hash(&w.definition))),
-                definition: Set(w.definition.clone()),
-                schema_version: Set(SCHEMA_VERSION.into()),
-                archived_at: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
-            }
-            .insert(txn)
-            .await?;
-            Ok(id)
-        }
-    }
-}
-
-/// Provider, masked config and the secret stored encrypted, for a destination's target. A
-/// webhook keeps its signing secret (`keep`) unless it has none yet.
-fn destination_material(
-    w: &WantedDestination,
-    keep: Option<&destination::Model>,
-    secrets: &SecretBox,
-) -> (&'static str, Value, Option<String>) {
-    if w.kind == DestinationKind::WebhookEndpoint {
-        if let Some(current) = keep.filter(|d| d.kind == DestinationKind::WebhookEndpoint) {
-            if let (Some(cipher), Some(masked)) = (
-                current.secret_ciphertext.clone(),
-                current.config.get("signingSecret").cloned(),
-            ) {
-                let config = json!({ "url": w.target, "signingSecret": masked });
-                return ("WEBHOOK", config, Some(cipher));
-            }
-        }
-        let secret = dest_domain::new_signing_secret();
-        let config = json!({ "url": w.target, "signingSecret": mask(&secret, 6) });
-        ("WEBHOOK", config, Some(secrets.encrypt(&secret)))
-    } else {
-        let config = json!({ "webhookUrl": mask(&w.target, 24) });
-        ("SLACK", config, Some(secrets.encrypt(&w.target)))
-    }
-}
-
-async fn write_destination(
-    txn: &DatabaseTransaction,
-    secrets: &SecretBox,
-    org: &str,
-    w: &WantedDestination,
-    current: Option<&destination::Model>,
-    action: Action,
-    now: chrono::DateTime<Utc>,
-) -> Result<String, ApplyError> {
-    match (action, current) {
-        (Action::Keep, Some(d)) => Ok(d.id.clone()),
-        (Action::Update, Some(d)) => {
-            let (provider, config, secret) = destination_material(w, Some(d), secrets);
-            let mut model = d.clone().into_active_model();
-            model.managed_by = Set("CODE".into());
-            model.kind = Set(w.kind);
-            model.provider = Set(provider.to_string());
-            model.name = Set(w.name.clone());
-            model.description = Set(w.description.clone());
-            if let Some(enabled) = w.enabled {
-                model.enabled = Set(enabled);
-            }
-            model.is_default = Set(w.is_default);
-            model.config_hash = Set(dest_domain::hash_of(w.kind.as_str(), &config));
-            model.config = Set(config);
-            model.secret_ciphertext = Set(secret);
-            model.archived_at = Set(None);
-            model.updated_at = Set(now);
-            Ok(model.update(txn).await?.id)
-        }
-        _ => {
-            let (provider, config, secret) = destination_material(w, None, secrets);
-            let id = uuid::Uuid::new_v4().to_string();
-            destination::ActiveModel {
-                id: Set(id.clone()),
-                organization_id: Set(org.to_string()),
-                key: Set(w.key.clone()),
-                managed_by: Set("CODE".into()),
-                name: Set(w.name.clone()),
-                description: Set(w.description.clone()),
-                provider: Set(provider.to_string()),
-                kind: Set(w.kind),
-                enabled: Set(w.enabled.unwrap_or(true)),
-                config_hash: Set(dest_domain::hash_of(w.kind.as_str(), &config)),
-                config: Set(config),
-                secret_ciphertext: Set(secret),
-                // Webhooks and Slack incoming webhooks have no provider-side object to sync.
-                sync_status: Set(DestinationSyncStatus::Synced),
-                last_synced_at: Set(Some(now)),
-                provider_error_code: Set(None),
-                provider_error_message: Set(None),
-                is_default: Set(w.is_default),
-                schema_version: Set(SCHEMA_VERSION.to_string()),
-                archived_at: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
-            }
-            .insert(txn)
-            .await?;
-            Ok(id)
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn write_automation(
-    txn: &DatabaseTransaction,
-    org: &str,
-    w: &WantedAutomation,
-    current: Option<&automation::Model>,
-    action: Action,
-    signal_ids: &[String],
-    destination_ids: &[String],
-    now: chrono::DateTime<Utc>,
-) -> Result<String, ApplyError> {
-    let id = match (action, current) {
-        (Action::Keep, Some(a)) => return Ok(a.id.clone()),
-        (Action::Update, Some(a)) => {
-            // `enabled` is the platform's: applying neither enables nor disables.
-            let mut model = a.clone().into_active_model();
-            model.managed_by = Set("CODE".into());
-            model.name = Set(w.name.clone());
-            model.description = Set(w.description.clone());
-            model.trigger_type = Set(w.trigger_type.clone());
-            model.trigger_json = Set(w.trigger_json.clone());
-            model.audience_filter_json = Set(w.audience.clone());
-            model.agent_id = Set(w.agent_id.clone());
-            model.match_mode = Set(w.match_mode.clone());
-            model.config_hash = Set(Some(w.hash()));
-            model.archived_at = Set(None);
-            model.updated_at = Set(now);
-            let id = model.update(txn).await?.id;
-            automation_signal::Entity::delete_many()
-                .filter(automation_signal::Column::AutomationId.eq(id.as_str()))
-                .exec(txn)
-                .await?;
-            automation_destination::Entity::delete_many()
-                .filter(automation_destination::Column::AutomationId.eq(id.as_str()))
-                .exec(txn)
-                .await?;
-            id
-        }
-        _ => {
-            let id = uuid::Uuid::new_v4().to_string();
-            automations::NewAutomationRow {
-                id: id.clone(),
-                organization_id: org.to_string(),
-                key: w.key.clone(),
-                managed_by: "CODE",
-                name: w.name.clone(),
-                description: w.description.clone(),
-                trigger_type: w.trigger_type.clone(),
-                trigger_json: w.trigger_json.clone(),
-                audience_filter_json: w.audience.clone(),
-                agent_id: w.agent_id.clone(),
-                match_mode: w.match_mode.clone(),
-                config_hash: Some(w.hash()),
-            }
-            .into_model(now)
-            .insert(txn)
-            .await?;
-            id
-        }
-    };
-    automations::link(txn, &id, signal_ids, destination_ids).await?;
-    Ok(id)
 }
 
 /// One audit row for an apply that changed something (no API key: it ran on the database).

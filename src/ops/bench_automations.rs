@@ -17,22 +17,22 @@ use chrono::{DateTime, Utc};
 use entity::{
     automation,
     automation_run::{self, AutomationRunStatus},
-    destination::{self, DestinationSyncStatus},
-    signal,
 };
 use poem::{handler, listener::TcpListener, web::Data, EndpointExt, Route, Server};
 use sea_orm::{
-    sea_query::Expr, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait,
-    QueryFilter, Set,
+    sea_query::Expr, ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection,
+    EntityTrait, PaginatorTrait, QueryFilter,
 };
 use serde_json::json;
 
 use crate::{
     crypto::SecretBox,
-    engine::automations::{link, NewAutomationRow},
-    notify::destinations::new_signing_secret,
+    engine::{
+        automations::{link, AutomationContent},
+        signals::SignalContent,
+    },
+    notify::destinations::DestinationContent,
     ops::bench_ingest::{self, BenchOptions, BodyFn},
-    platform::config_hash,
 };
 
 /// Options of a run.
@@ -127,81 +127,47 @@ async fn seed(
     args: &AutomationsBenchArgs,
 ) -> anyhow::Result<()> {
     let now = Utc::now();
-    let new_id = || uuid::Uuid::new_v4().to_string();
     let mut signal_ids = Vec::new();
     for k in 0..args.signals {
-        let id = new_id();
         let definition = json!({"grain": "user", "subjectResolver": "email",
             "eventNames": [format!("sig_{k}")],
             "propertyConditions": [{"property": "plan", "operator": "eq", "value": "pro"}],
             "conditionMode": "ALL"});
-        signal::Entity::insert(signal::ActiveModel {
-            id: Set(id.clone()),
-            organization_id: Set(org.to_string()),
-            key: Set(format!("sig-{k}")),
-            managed_by: Set("UI".into()),
-            name: Set(format!("Signal {k}")),
-            description: Set(None),
-            kind: Set(entity::signal::SignalKind::EventMatch),
-            config_hash: Set(Some(config_hash(&definition))),
-            definition: Set(definition),
-            schema_version: Set("1".into()),
-            archived_at: Set(None),
-            created_at: Set(now),
-            updated_at: Set(now),
-        })
-        .exec_without_returning(db)
+        let signal = SignalContent {
+            kind: entity::signal::SignalKind::EventMatch,
+            name: format!("Signal {k}"),
+            description: None,
+            definition,
+        }
+        .new_row(org, &format!("sig-{k}"), "UI", now)
+        .insert(db)
         .await?;
-        signal_ids.push(id);
+        signal_ids.push(signal.id);
     }
-    let dest_id = new_id();
-    let secret = new_signing_secret();
-    destination::Entity::insert(destination::ActiveModel {
-        id: Set(dest_id.clone()),
-        organization_id: Set(org.to_string()),
-        key: Set("bench-hook".into()),
-        name: Set("Bench receiver".into()),
-        description: Set(None),
-        provider: Set("WEBHOOK".into()),
-        kind: Set(entity::destination::DestinationKind::WebhookEndpoint),
-        enabled: Set(true),
-        config: Set(json!({ "url": receiver })),
-        secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
-        sync_status: Set(DestinationSyncStatus::Synced),
-        last_synced_at: Set(None),
-        provider_error_code: Set(None),
-        provider_error_message: Set(None),
-        is_default: Set(true),
-        managed_by: Set("UI".into()),
-        schema_version: Set("1".into()),
-        config_hash: Set(None),
-        archived_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-    })
-    .exec_without_returning(db)
-    .await?;
+    let (destination, _signing_secret) = DestinationContent {
+        kind: entity::destination::DestinationKind::WebhookEndpoint,
+        name: "Bench receiver".into(),
+        description: None,
+        enabled: Some(true),
+        is_default: true,
+        endpoint: receiver.to_string(),
+    }
+    .new_row(secrets, org, "bench-hook", "UI", now);
+    let dest_id = destination.insert(db).await?.id;
     for a in 0..args.automations {
-        let id = new_id();
-        automation::Entity::insert(
-            NewAutomationRow {
-                id: id.clone(),
-                organization_id: org.to_string(),
-                key: format!("auto-{a}"),
-                managed_by: "UI",
-                name: format!("Automation {a}"),
-                description: None,
-                trigger_type: "SIGNAL_OCCURRENCE".into(),
-                trigger_json: json!({ "dedupe": "hour" }),
-                audience_filter_json: json!({}),
-                agent_id: None,
-                match_mode: "ANY".into(),
-                config_hash: None,
-            }
-            .into_model(now),
-        )
-        .exec_without_returning(db)
-        .await?;
+        let id = AutomationContent {
+            name: format!("Automation {a}"),
+            description: None,
+            trigger_type: "SIGNAL_OCCURRENCE".into(),
+            trigger_json: json!({ "dedupe": "hour" }),
+            audience_filter_json: json!({}),
+            agent_id: None,
+            match_mode: "ANY".into(),
+        }
+        .new_row(org, &format!("auto-{a}"), "UI", now)
+        .insert(db)
+        .await?
+        .id;
         // Signals are dealt to automations in turn, so every signal starts some automation.
         let dealt: Vec<String> = signal_ids
             .iter()

@@ -286,16 +286,14 @@ async fn measure(
     )
     .await?;
     let secrets = SecretBox::from_key(&[0u8; 32]);
-    let integrations = crate::integrations::IntegrationsConfig::default();
     let state = AppState {
         db: server_db.clone(),
-        secrets: secrets.clone(),
+        secrets,
         public_url: "http://127.0.0.1".into(),
-        integrations: integrations.clone(),
+        integrations: Default::default(),
         search: crate::search::SearchIndex::start(server_db.clone())?,
         agents: Default::default(),
     };
-    let scheduler = crate::integrations::scheduler::spawn(server_db.clone(), secrets, integrations);
     let server = crate::ops::bench_ingest::BenchInstance::serve(state).await?;
     let base = format!("http://{}", server.addr);
 
@@ -395,7 +393,6 @@ async fn measure(
         acknowledged_events.load(Ordering::Relaxed)
     );
     server.stop().await;
-    drop(scheduler);
     ensure!(
         report.rejected.is_empty(),
         "lines were rejected: {:?}",

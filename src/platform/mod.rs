@@ -189,6 +189,26 @@ pub fn unique_key(name: &str, existing: &[String]) -> String {
     candidate
 }
 
+/// The keys the organization's resources of `E` already use, for a new one's key. Read in the
+/// organization's configuration turn ([`crate::db::take_turns`]), held until `txn` ends, so a
+/// key chosen from them is still free at its commit.
+pub async fn taken_keys<E: sea_orm::EntityTrait>(
+    txn: &sea_orm::DatabaseTransaction,
+    org: &str,
+    org_column: E::Column,
+    key_column: E::Column,
+) -> PlatformResult<Vec<String>> {
+    use sea_orm::{ColumnTrait, QueryFilter, QuerySelect};
+    crate::db::take_turns(txn, crate::db::CONFIGURATION, org).await?;
+    Ok(E::find()
+        .select_only()
+        .column(key_column)
+        .filter(org_column.eq(org))
+        .into_tuple()
+        .all(txn)
+        .await?)
+}
+
 /// An optional, nullable input field: left out, sent as `null`, or sent with a value. On
 /// updates, absent keeps the current value and `null` clears it.
 #[derive(Debug, Clone, Default, PartialEq)]

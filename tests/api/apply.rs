@@ -616,3 +616,69 @@ async fn apply_command() {
         "{err}"
     );
 }
+
+// Several applies of one organization at once (operators, or a pipeline that retries), with
+// API creates of the same names beside them: every call succeeds, each of the file's
+// resources exists once, one apply created them, and every API create got a key of its own.
+db_test!(
+    concurrent_applies_and_creates_take_turns,
+    |app: TestApp| async move {
+        let org = app.org("Race Co").await;
+        let org_id = org.organization_id.as_str();
+        let renamed = FILE.replace("name: Expansion alert", "name: Expansion alert, renamed");
+        let applies = (0..8).map(|i| {
+            let text = if i % 2 == 0 { FILE } else { renamed.as_str() };
+            run(&app, org_id, text, false)
+        });
+        let creates = (0..8).map(|_| {
+            app.post(
+                "/api/signals",
+                "/api/signals",
+                &org.api_key,
+                Some(json!({"kind": "EVENT_MATCH", "name": "Seat limit reached",
+                    "definition": {"grain": "user", "subjectResolver": "email",
+                        "eventNames": ["seat_limit_reached"], "propertyConditions": [],
+                        "conditionMode": "ALL"}})),
+            )
+        });
+        let (applied, created) = tokio::join!(
+            futures::future::join_all(applies),
+            futures::future::join_all(creates)
+        );
+        let reports: Vec<ApplyReport> = applied
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|e| panic!("an apply failed: {e}")))
+            .collect();
+        let creators: Vec<&ApplyReport> =
+            reports.iter().filter(|r| !r.created.is_empty()).collect();
+        assert_eq!(creators.len(), 1, "{reports:?}");
+        assert_eq!(keys(&creators[0].created), all_four());
+        let mut api_keys: Vec<String> = created
+            .iter()
+            .map(|r| {
+                assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+                r.body["result"]["data"]["signal"]["key"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        api_keys.sort();
+        api_keys.dedup();
+        assert_eq!(api_keys.len(), 8, "{api_keys:?}");
+        // The file's two signals and the API's eight; one destination; one automation.
+        assert_eq!(counts(&app, org_id).await, (10, 1, 1));
+        // The file applied last decides the automation's name; it is one of the two.
+        let automation = entity::automation::Entity::find()
+            .filter(entity::automation::Column::OrganizationId.eq(org_id))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            ["Expansion alert", "Expansion alert, renamed"].contains(&automation.name.as_str()),
+            "{}",
+            automation.name
+        );
+    }
+);

@@ -35,7 +35,16 @@ pub struct Reply {
 
 /// Starts the server on a fresh database of `backend`; `None` when PostgreSQL is not configured.
 pub async fn spawn(backend: Backend) -> Option<TestApp> {
-    spawn_with(backend, Default::default()).await
+    spawn_with(backend, quiet_integrations()).await
+}
+
+/// The integration settings of test servers: as `serve`'s, except that the scheduler does not
+/// run in the background, so a test that claims or ticks sync jobs is the only one to.
+pub fn quiet_integrations() -> custintel::integrations::IntegrationsConfig {
+    custintel::integrations::IntegrationsConfig {
+        runs_scheduler: false,
+        ..Default::default()
+    }
 }
 
 /// A fresh, migrated database of `backend` (a temp SQLite file, or a new schema of
@@ -113,7 +122,7 @@ pub async fn spawn_with_agents(
     backend: Backend,
     agents: custintel::agents::AgentsConfig,
 ) -> Option<TestApp> {
-    spawn_configured(backend, Default::default(), agents).await
+    spawn_configured(backend, quiet_integrations(), agents).await
 }
 
 async fn spawn_configured(

@@ -961,6 +961,8 @@ async fn stripe_sync_and_webhook(backend: Backend) {
         stripe_api_base: fake.base.clone(),
         sync_interval: Duration::from_secs(3600),
         scheduler_tick: Duration::from_millis(100),
+        // The test starts and stops the scheduler itself.
+        runs_scheduler: false,
     };
     let Some(app) = helpers::spawn_with(backend, config.clone()).await else {
         eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
@@ -1288,6 +1290,50 @@ db_test!(sync_job_claimed_once, |app: TestApp| async move {
         .expect("reclaimed");
     assert_eq!(again.attempts, 2);
 });
+
+/// A serving instance runs the scheduler in its background work: a due job of a connection that
+/// no longer exists is claimed and dropped without anyone ticking.
+async fn serving_instance_runs_the_scheduler(backend: Backend) {
+    let config = IntegrationsConfig {
+        scheduler_tick: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let Some(app) = helpers::spawn_with(backend, config).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let org = app.org("Ticking Inc").await;
+    let connection = uuid::Uuid::new_v4().to_string();
+    scheduler::schedule_sync(&app.db, &org.organization_id, &connection, Utc::now())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = entity::job::Entity::find_by_id(scheduler::sync_job_id(&connection))
+            .one(&app.db)
+            .await
+            .unwrap();
+        if left.is_none() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the instance's scheduler never took the due job"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+mod serving_instance_runs_the_scheduler {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::serving_instance_runs_the_scheduler(super::Backend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        super::serving_instance_runs_the_scheduler(super::Backend::Postgres).await;
+    }
+}
 
 // Setup steps of one connection from many clients at once: every call is answered, and the
 // stored mappings are one caller's whole set, never a mix.

@@ -21,21 +21,13 @@ use serde_json::{json, Value};
 use conversations::*;
 use platform::*;
 
-use crate::crypto::{mask, SecretBox};
+use crate::crypto::SecretBox;
 use crate::import::{
     self, CustomerRecord, FactRecord, ImportRecord, SourceRecord, UserRecord, WorkspaceUserRecord,
 };
-use crate::notify::destinations::new_signing_secret;
-use crate::platform::{config_hash, SCHEMA_VERSION};
 use entity::{
-    agent, automation, automation_destination,
-    automation_run::AutomationRunStatus,
-    automation_signal, billing_change,
-    customer::BillingStatus,
-    destination::{self, DestinationSyncStatus},
-    event,
-    fact::FactStatus,
-    signal, visitor,
+    agent, automation_run::AutomationRunStatus, billing_change, customer::BillingStatus, event,
+    fact::FactStatus, visitor,
 };
 
 // Short names for the dense tables below (`BillingStatus::None` cannot be imported as `None`).

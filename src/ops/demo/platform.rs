@@ -1,6 +1,13 @@
 //! The demo's platform configuration: agents, signals, destinations and automations.
 
 use super::*;
+use crate::{
+    engine::{
+        automations::{link, AutomationContent},
+        signals::SignalContent,
+    },
+    notify::destinations::DestinationContent,
+};
 use entity::destination::DestinationKind;
 
 pub(super) async fn seed_agents(
@@ -104,7 +111,7 @@ pub(super) async fn seed_signals(
     now: DateTime<Utc>,
 ) -> Result<HashMap<&'static str, String>> {
     // (key, name, description, managed by, definition, archived days ago)
-    let specs: [(&str, &str, &str, &str, Value, Option<i64>); 4] = [
+    let specs: [(&str, &str, &str, &'static str, Value, Option<i64>); 4] = [
         (
             "seat-limit-reached",
             "Seat limit reached",
@@ -171,27 +178,18 @@ pub(super) async fn seed_signals(
     for (i, (key, name, description, managed_by, definition, archived)) in
         specs.into_iter().enumerate()
     {
-        let id = new_id();
         let created_at = now - days(90 - 3 * i as i64);
         let archived_at = archived.map(|d| now - days(d));
-        signal::ActiveModel {
-            id: Set(id.clone()),
-            organization_id: Set(org_id.to_string()),
-            key: Set(key.to_string()),
-            managed_by: Set(managed_by.to_string()),
-            name: Set(name.to_string()),
-            description: Set(Some(description.to_string())),
-            kind: Set(entity::signal::SignalKind::EventMatch),
-            config_hash: Set(Some(config_hash(&definition))),
-            definition: Set(definition),
-            schema_version: Set(SCHEMA_VERSION.to_string()),
-            archived_at: Set(archived_at),
-            created_at: Set(created_at),
-            updated_at: Set(archived_at.unwrap_or(created_at)),
+        let mut row = SignalContent {
+            kind: entity::signal::SignalKind::EventMatch,
+            name: name.to_string(),
+            description: Some(description.to_string()),
+            definition,
         }
-        .insert(txn)
-        .await?;
-        ids.insert(key, id);
+        .new_row(org_id, key, managed_by, created_at);
+        row.archived_at = Set(archived_at);
+        row.updated_at = Set(archived_at.unwrap_or(created_at));
+        ids.insert(key, row.insert(txn).await?.id);
     }
     Ok(ids)
 }
@@ -203,17 +201,14 @@ pub(super) async fn seed_destinations(
     now: DateTime<Utc>,
 ) -> Result<HashMap<&'static str, String>> {
     let slack_url = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX";
-    let crm_secret = new_signing_secret();
-    let staging_secret = new_signing_secret();
-    // (key, name, description, kind, config, secret, enabled, default, updated days ago)
+    // (key, name, description, kind, endpoint, enabled, default, updated days ago)
     let specs = [
         (
             "slack-cs-alerts",
             "#cs-alerts",
             "Churn and expansion alerts for the customer success team.",
             DestinationKind::SlackChannel,
-            json!({ "webhookUrl": mask(slack_url, 24) }),
-            slack_url.to_string(),
+            slack_url,
             true,
             true,
             80,
@@ -223,11 +218,7 @@ pub(super) async fn seed_destinations(
             "CRM sync webhook",
             "Pushes automation results to the CRM bridge running next to the demo.",
             DestinationKind::WebhookEndpoint,
-            json!({
-                "url": "http://localhost:9000/hooks/custintel",
-                "signingSecret": mask(&crm_secret, 6),
-            }),
-            crm_secret,
+            "http://localhost:9000/hooks/custintel",
             true,
             false,
             75,
@@ -238,54 +229,28 @@ pub(super) async fn seed_destinations(
             "Staging webhook",
             "Staging receiver, disabled until the endpoint is redeployed.",
             DestinationKind::WebhookEndpoint,
-            json!({
-                "url": "https://hooks.example.com/custintel",
-                "signingSecret": mask(&staging_secret, 6),
-            }),
-            staging_secret,
+            "https://hooks.example.com/custintel",
             false,
             false,
             18,
         ),
     ];
     let mut ids = HashMap::new();
-    for (i, (key, name, description, kind, config, secret, enabled, is_default, updated)) in
+    for (i, (key, name, description, kind, endpoint, enabled, is_default, updated)) in
         specs.into_iter().enumerate()
     {
-        let id = new_id();
         let created_at = now - days(85 - 5 * i as i64);
-        let provider = if kind == DestinationKind::SlackChannel {
-            "SLACK"
-        } else {
-            "WEBHOOK"
-        };
-        let hash = crate::notify::destinations::hash_of(kind.as_str(), &config);
-        destination::ActiveModel {
-            id: Set(id.clone()),
-            organization_id: Set(org_id.to_string()),
-            key: Set(key.to_string()),
-            managed_by: Set("UI".to_string()),
-            name: Set(name.to_string()),
-            description: Set(Some(description.to_string())),
-            provider: Set(provider.to_string()),
-            kind: Set(kind),
-            enabled: Set(enabled),
-            config: Set(config),
-            secret_ciphertext: Set(Some(secrets.encrypt(&secret))),
-            sync_status: Set(DestinationSyncStatus::Synced),
-            last_synced_at: Set(Some(created_at)),
-            provider_error_code: Set(None),
-            provider_error_message: Set(None),
-            is_default: Set(is_default),
-            schema_version: Set(SCHEMA_VERSION.to_string()),
-            config_hash: Set(hash),
-            archived_at: Set(None),
-            created_at: Set(created_at),
-            updated_at: Set(now - days(updated)),
+        let (mut row, _signing_secret) = DestinationContent {
+            kind,
+            name: name.to_string(),
+            description: Some(description.to_string()),
+            enabled: Some(enabled),
+            is_default,
+            endpoint: endpoint.to_string(),
         }
-        .insert(txn)
-        .await?;
-        ids.insert(key, id);
+        .new_row(secrets, org_id, key, "UI", created_at);
+        row.updated_at = Set(now - days(updated));
+        ids.insert(key, row.insert(txn).await?.id);
     }
     Ok(ids)
 }
@@ -366,66 +331,34 @@ pub(super) async fn seed_automations(
         },
     ];
     for (i, spec) in specs.into_iter().enumerate() {
-        let id = new_id();
         let agent_id = spec.agent.map(|key| id_of(agents, key)).transpose()?;
-        let hash = crate::engine::automations::automation_hash(
-            spec.trigger_type,
-            &spec.trigger,
-            &spec.audience,
-            spec.match_mode,
-            agent_id.as_deref(),
-        );
         let created_at = now - days(60 - 4 * i as i64);
         let archived_at = spec.archived_days_ago.map(|d| now - days(d));
         let last_run_at = spec.last_run.map(|(_, d)| now - days(d));
-        automation::ActiveModel {
-            id: Set(id.clone()),
-            organization_id: Set(org_id.to_string()),
-            key: Set(spec.key.to_string()),
-            managed_by: Set("UI".to_string()),
-            name: Set(spec.name.to_string()),
-            description: Set(Some(spec.description.to_string())),
-            enabled: Set(false),
-            trigger_type: Set(spec.trigger_type.to_string()),
-            trigger_json: Set(spec.trigger),
-            audience_filter_json: Set(spec.audience),
-            agent_id: Set(agent_id),
-            match_mode: Set(spec.match_mode.to_string()),
-            schema_version: Set(SCHEMA_VERSION.to_string()),
-            config_hash: Set(Some(hash)),
-            archived_at: Set(archived_at),
-            last_run_at: Set(last_run_at),
-            last_run_status: Set(spec.last_run.map(|(status, _)| status)),
-            next_run_at: Set(None),
-            enabled_at: Set(None),
-            created_at: Set(created_at),
-            updated_at: Set(archived_at.or(last_run_at).unwrap_or(created_at)),
+        let mut row = AutomationContent {
+            name: spec.name.to_string(),
+            description: Some(spec.description.to_string()),
+            trigger_type: spec.trigger_type.to_string(),
+            trigger_json: spec.trigger,
+            audience_filter_json: spec.audience,
+            agent_id,
+            match_mode: spec.match_mode.to_string(),
         }
-        .insert(txn)
-        .await?;
+        .new_row(org_id, spec.key, "UI", created_at);
+        row.archived_at = Set(archived_at);
+        row.last_run_at = Set(last_run_at);
+        row.last_run_status = Set(spec.last_run.map(|(status, _)| status));
+        row.updated_at = Set(archived_at.or(last_run_at).unwrap_or(created_at));
+        let id = row.insert(txn).await?.id;
 
-        let signal_links = spec
-            .signals
-            .iter()
-            .map(|key| {
-                Ok(automation_signal::ActiveModel {
-                    automation_id: Set(id.clone()),
-                    signal_id: Set(id_of(signals, key)?),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        insert_rows(txn, signal_links).await?;
-        let destination_links = spec
-            .destinations
-            .iter()
-            .map(|key| {
-                Ok(automation_destination::ActiveModel {
-                    automation_id: Set(id.clone()),
-                    destination_id: Set(id_of(destinations, key)?),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        insert_rows(txn, destination_links).await?;
+        let ids_of = |keys: &[&str], seeded| -> Result<Vec<String>> {
+            keys.iter().map(|key| id_of(seeded, key)).collect()
+        };
+        let signal_ids = ids_of(spec.signals, signals)?;
+        let destination_ids = ids_of(spec.destinations, destinations)?;
+        link(txn, &id, &signal_ids, &destination_ids)
+            .await
+            .map_err(|e| anyhow!("linking automation `{}`: {e}", spec.key))?;
     }
     Ok(())
 }
