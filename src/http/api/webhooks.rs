@@ -84,7 +84,14 @@ pub enum WebhookResponse {
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
     /// Stripe could not be asked for the customer's subscriptions; Stripe retries the delivery.
-    #[oai(status = 503)]
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
     Unavailable(Json<ErrorBody>),
 }
 
