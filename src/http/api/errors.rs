@@ -358,14 +358,19 @@ fn refusal(err: IngestError) -> (IngestResponse, Vec<(HeaderName, HeaderValue)>)
             ]
             .into(),
         ),
+        IngestError::Unavailable(_) => (IngestResponse::Unavailable(refused(message)), vec![]),
         IngestError::Internal(_) => (IngestResponse::Internal(refused(message)), vec![]),
     }
 }
 
-/// A CORS preflight answers every refusal with 403: a browser only needs to know it may not send.
+/// A CORS preflight answers every refusal with 403 (a browser only needs to know it may not
+/// send), and 503 while the key's domains cannot be read.
 impl From<IngestError> for PreflightResponse {
     fn from(err: IngestError) -> Self {
-        Self::Forbidden(refused(err.to_string()))
+        match err {
+            IngestError::Unavailable(m) => Self::Unavailable(refused(m)),
+            other => Self::Forbidden(refused(other.to_string())),
+        }
     }
 }
 
