@@ -37,11 +37,36 @@ pub const SQLITE_MMAP_BYTES: &str = "68719476736";
 /// appends (docs/performance.md, Ingest, fifth session).
 pub const SQLITE_PAGE_BYTES: u32 = 8192;
 
+/// How long a PostgreSQL request waits for a pooled connection, opening one included, before
+/// it fails as unavailable (503, retryable). While the server cannot be reached, opening a
+/// connection is refused at once and retried until this time has passed (sqlx's pool does
+/// that), so it is also how long a request takes to answer during an outage: within the 2 s
+/// every route promises, with room for the request's own work around it. A request that waits
+/// for a pool busy with other requests gets the same time (at 20 connections, a wait this long
+/// means the instance is overloaded, and a 503 with `Retry-After` sends the client to another
+/// one or back later).
+pub const POSTGRES_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// How long a SQLite request waits for a pooled connection. A SQLite file cannot go away the
+/// way a server can; its connections are busy only behind long writers (an import chunk, the
+/// applier under a peak), and a request waiting for one should wait rather than fail.
+const SQLITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`connect`] keeps trying to reach PostgreSQL at start: a server and its database
+/// started together (containers) need not be started in order.
+const POSTGRES_START_WAIT: Duration = Duration::from_secs(10);
+
 /// Connects; `schema` selects a PostgreSQL schema (tests use one per test).
 pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<DatabaseConnection> {
     let mut opts = ConnectOptions::new(url.to_string());
-    opts.connect_timeout(Duration::from_secs(10))
-        .acquire_timeout(Duration::from_secs(10))
+    // sea-orm's sqlx pool reads its connect timeout as the acquire timeout too: one value.
+    let acquire_timeout = if url.starts_with("sqlite:") {
+        SQLITE_ACQUIRE_TIMEOUT
+    } else {
+        POSTGRES_ACQUIRE_TIMEOUT
+    };
+    opts.connect_timeout(acquire_timeout)
+        .acquire_timeout(acquire_timeout)
         .sqlx_logging(false);
     if url.starts_with("sqlite:") {
         // One SQLite writer at a time; a modest pool keeps readers concurrent under WAL.
@@ -74,8 +99,18 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
     if let Some(schema) = schema {
         opts.set_schema_search_path(schema.to_string());
     }
-    let db = Database::connect(opts).await?;
-    Ok(db)
+    let started = std::time::Instant::now();
+    let sqlite = url.starts_with("sqlite:");
+    loop {
+        match Database::connect(opts.clone()).await {
+            Ok(db) => return Ok(db),
+            Err(e) if !sqlite && unreachable(&e) && started.elapsed() < POSTGRES_START_WAIT => {
+                tracing::warn!(error = %e, "the database cannot be reached yet; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Connections of the background pool on SQLite (the applier, the processor's batches in
@@ -179,10 +214,44 @@ fn install_busy_handler(db: std::ptr::NonNull<libsqlite3_sys::sqlite3>) {
 }
 
 /// Whether a database error means the database could not be reached (no connection, pool
-/// exhausted or closed) rather than a fault of the request: every route answers those 503,
+/// exhausted or closed, a connection lost in the middle of a statement, a server shutting down
+/// or starting up) rather than a fault of the request: every route answers those 503,
 /// retryable, instead of 500.
 pub fn is_unavailable(err: &DbErr) -> bool {
-    matches!(err, DbErr::ConnectionAcquire(_) | DbErr::Conn(_))
+    match err {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e))
+        | DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)) => is_unavailable_sqlx(e),
+        _ => false,
+    }
+}
+
+/// Whether connecting failed because the server could not be reached (not, say, a refused
+/// password or an unknown database, which waiting does not mend).
+fn unreachable(err: &DbErr) -> bool {
+    match err {
+        DbErr::ConnectionAcquire(_) => true,
+        DbErr::Conn(sea_orm::RuntimeErr::SqlxError(e)) => is_unavailable_sqlx(e),
+        _ => false,
+    }
+}
+
+/// [`is_unavailable`] for an error of sqlx itself (code that uses a connection of its own).
+pub fn is_unavailable_sqlx(err: &sea_orm::sqlx::Error) -> bool {
+    use sea_orm::sqlx::Error;
+    match err {
+        Error::Io(_)
+        | Error::Tls(_)
+        | Error::PoolTimedOut
+        | Error::PoolClosed
+        | Error::WorkerCrashed => true,
+        // PostgreSQL's class 08 (connection exception), 57P01-57P03 (shutting down, crashed,
+        // starting up) and 53300 (too many connections).
+        Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
 }
 
 /// What a request is told when PostgreSQL refuses its text for holding U+0000 (see

@@ -208,8 +208,16 @@ pub enum ActionResponse<T: CommandData> {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
-    /// The platform could not complete the command now: `transient_failure`, retryable.
-    #[oai(status = 503)]
+    /// The platform could not complete the command now (the database cannot be reached):
+    /// `transient_failure`, retryable. Retry after `Retry-After`.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
     Unavailable(Json<ErrorEnvelope>),
 }
 

@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use poem::{
     endpoint::make_sync,
     get, handler,
-    http::StatusCode,
+    http::{header, HeaderValue, StatusCode},
     listener::{Acceptor, Listener, TcpListener},
     web::Json,
-    Endpoint, EndpointExt, IntoResponse, Response, Route, Server,
+    Endpoint, EndpointExt, IntoResponse, Request, Response, Route, Server,
 };
 use serde_json::{json, Value};
 
@@ -87,8 +87,10 @@ fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// How long the readiness check waits for the database.
-const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the readiness check waits for the database: within the 2 s every route answers in
+/// while the database cannot be reached (on PostgreSQL the pool's acquire timeout, 1.5 s, ends
+/// the wait first).
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Readiness: 200 while the database answers, 503 `{error}` while it cannot be reached, so a
 /// load balancer sends no traffic to an instance that would fail it. (`/healthz` is liveness:
@@ -101,7 +103,7 @@ async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
             tracing::warn!(error = %e, "readiness check: the database cannot be reached");
             not_ready("the database cannot be reached")
         }
-        Err(_) => not_ready("the database did not answer within 2 s"),
+        Err(_) => not_ready("the database did not answer within 1.5 s"),
     }
 }
 
@@ -118,6 +120,28 @@ fn not_ready(message: &str) -> Response {
     Json(json!({ "error": message }))
         .with_status(StatusCode::SERVICE_UNAVAILABLE)
         .into_response()
+}
+
+/// Seconds a 503 asks the client to wait before retrying (`Retry-After`).
+const RETRY_AFTER_SECS: &str = "2";
+
+/// Every 503 (the database cannot be reached, a provider is down, not ready) carries
+/// `Retry-After`, so load balancers and SDKs retry instead of giving up: added here, in one
+/// place, to a 503 whose route did not set one itself.
+async fn retry_after<E: Endpoint>(ep: E, req: Request) -> poem::Result<Response> {
+    let mut resp = match ep.call(req).await {
+        Ok(r) => r.into_response(),
+        Err(e) => e.into_response(),
+    };
+    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
+        && !resp.headers().contains_key(header::RETRY_AFTER)
+    {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static(RETRY_AFTER_SECS),
+        );
+    }
+    Ok(resp)
 }
 
 /// Unknown routes and methods, and any framework error that escaped a typed route, answer in
@@ -192,6 +216,7 @@ pub fn app(state: crate::state::AppState) -> impl Endpoint {
             get(crate::http::tracker_script::script),
         )
         .catch_all_error(json_error)
+        .around(retry_after)
         .around(move |ep, req| crate::http::allow::middleware(ep, req, allowed.clone()))
         .around(crate::http::metrics::middleware)
         .around(correlation::middleware)

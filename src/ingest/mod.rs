@@ -63,8 +63,23 @@ pub enum IngestError {
     TooLarge,
     #[error("rate limit exceeded: at most {limit} requests per second for this public key")]
     RateLimited { limit: u32, retry_after_secs: u64 },
+    /// The database could not be reached: nothing was stored, retry.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Internal(String),
+}
+
+/// What a request is told when the database cannot be reached.
+const UNAVAILABLE: &str = "the database is unavailable: the events were not acknowledged; retry";
+
+/// The error a failed database read of the Ingest API answers.
+fn db_error(context: &str, err: &DbErr) -> IngestError {
+    if crate::db::is_unavailable(err) {
+        IngestError::Unavailable(UNAVAILABLE.into())
+    } else {
+        IngestError::Internal(format!("{context}: {err}"))
+    }
 }
 
 /// The rate-limit state a response reports.
@@ -173,9 +188,7 @@ impl Ingest {
         };
         let loaded = load_tracking(&self.inner.db, public_key)
             .await
-            .map_err(|e| {
-                IngestError::Internal(format!("could not read the tracking configuration: {e}"))
-            })?;
+            .map_err(|e| db_error("could not read the tracking configuration", &e))?;
         let tracking = loaded.map(|(organization_id, domains, rate_limit)| {
             // Keep the allowance already used when the limit did not change.
             let limiter = match &previous {
@@ -247,9 +260,14 @@ impl Ingest {
             answer
                 .await
                 .map_err(|_| IngestError::Internal("the event writer has stopped".into()))?
-                .map_err(|e| {
-                    tracing::error!(error = %e, "storing events failed");
-                    IngestError::Internal("the events could not be stored; retry later".into())
+                .map_err(|e| match e {
+                    writer::WriteError::Unavailable(_) => {
+                        IngestError::Unavailable(UNAVAILABLE.into())
+                    }
+                    writer::WriteError::Failed(e) => {
+                        tracing::error!(error = %e, "storing events failed");
+                        IngestError::Internal("the events could not be stored; retry later".into())
+                    }
                 })?
         };
         Ok(IngestOutcome { processed, errors })

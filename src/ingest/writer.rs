@@ -20,6 +20,32 @@ use super::{
 pub const QUEUE_BATCHES: usize = 1_024;
 /// Most events written in one transaction.
 pub const MAX_GROUP_EVENTS: usize = 20_000;
+/// After a write found the database unreachable, batches that come within this time are
+/// refused at once instead of each waiting for the database in turn: the writer is one task, so
+/// batches queued behind a write that waits for a connection (up to the pool's acquire timeout)
+/// would otherwise wait that long once per write ahead of them. The first batch after it tries
+/// the database again.
+const UNREACHABLE_FAST_FAIL: Duration = Duration::from_millis(500);
+
+/// Why a batch was not written; nothing of it was acknowledged.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WriteError {
+    /// The database could not be reached (retryable).
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<&DbErr> for WriteError {
+    fn from(err: &DbErr) -> Self {
+        if crate::db::is_unavailable(err) {
+            WriteError::Unavailable(err.to_string())
+        } else {
+            WriteError::Failed(err.to_string())
+        }
+    }
+}
 
 /// A batch waiting to be written, and where to send how many of its events count as processed.
 pub struct Job {
@@ -27,7 +53,7 @@ pub struct Job {
     /// The batch's journal text ([`journal::encode`]), made by the request; the writer encodes
     /// a batch again only if it dropped repeats from it.
     pub encoded: Option<String>,
-    pub reply: oneshot::Sender<Result<usize, DbErr>>,
+    pub reply: oneshot::Sender<Result<usize, WriteError>>,
 }
 
 /// A job in a group: the batch loses its repeats before it is journaled; the count is what
@@ -106,6 +132,8 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             Repeats::Memory(memory)
         }
     };
+    // Until when batches are refused without trying, after the database was found unreachable.
+    let mut unreachable_until: Option<std::time::Instant> = None;
     while let Some(first) = rx.recv().await {
         let mut events = first.batch.events.len();
         let mut jobs = vec![first];
@@ -118,6 +146,20 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
                 Err(_) => break,
             }
         }
+        // A request that is gone (its client hung up) is told nothing: its events are not
+        // written, so a retry of it cannot store them twice.
+        jobs.retain(|job| !job.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
+        if unreachable_until.is_some_and(|until| std::time::Instant::now() < until) {
+            let refused =
+                WriteError::Unavailable("not tried: the last write could not reach it".into());
+            for job in jobs {
+                let _ = job.reply.send(Err(refused.clone()));
+            }
+            continue;
+        }
         let mut group: Vec<Pending> = jobs
             .into_iter()
             .map(|job| Pending {
@@ -127,21 +169,46 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             })
             .collect();
         let started = std::time::Instant::now();
-        match write_group(journal.conn(), &mut repeats, &mut group).await {
+        let written = write_group(journal.conn(), &mut repeats, &mut group)
+            .await
+            .map_err(|e| WriteError::from(&e));
+        if written.is_ok() {
+            unreachable_until = None;
+        }
+        match written {
             Ok(()) => answer(group, Ok(())),
-            Err(err) if group.len() > 1 => {
+            Err(err @ WriteError::Failed(_)) if group.len() > 1 => {
                 // One batch must not fail its neighbours: write each on its own, as it came
                 // (the window forgot what the failed group recorded, so repeats are dropped
                 // afresh, and a copy goes in with the first batch that is written).
                 tracing::warn!(error = %err, batches = group.len(), "group write failed; retrying batches one by one");
+                let mut unreachable = None;
                 for mut pending in group {
+                    if let Some(err) = &unreachable {
+                        answer(vec![pending], Err(WriteError::clone(err)));
+                        continue;
+                    }
                     pending.restore();
                     let mut one = vec![pending];
-                    let result = write_group(journal.conn(), &mut repeats, &mut one).await;
+                    let result = write_group(journal.conn(), &mut repeats, &mut one)
+                        .await
+                        .map_err(|e| WriteError::from(&e));
+                    if let Err(err @ WriteError::Unavailable(_)) = &result {
+                        unreachable = Some(err.clone());
+                    }
                     answer(one, result);
                 }
+                if unreachable.is_some() {
+                    unreachable_until = Some(std::time::Instant::now() + UNREACHABLE_FAST_FAIL);
+                }
             }
-            Err(err) => answer(group, Err(err)),
+            Err(err) => {
+                if let WriteError::Unavailable(_) = &err {
+                    tracing::warn!(error = %err, batches = group.len(), "the database is unreachable: batches refused");
+                    unreachable_until = Some(std::time::Instant::now() + UNREACHABLE_FAST_FAIL);
+                }
+                answer(group, Err(err))
+            }
         }
         super::stats::stats()
             .writer_busy_us
@@ -155,11 +222,11 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
     }
 }
 
-fn answer(group: Vec<Pending>, result: Result<(), DbErr>) {
+fn answer(group: Vec<Pending>, result: Result<(), WriteError>) {
     for pending in group {
         let reply = match &result {
             Ok(()) => Ok(pending.processed),
-            Err(e) => Err(DbErr::Custom(e.to_string())),
+            Err(e) => Err(e.clone()),
         };
         let _ = pending.job.reply.send(reply);
     }

@@ -377,7 +377,24 @@ mod postgres {
     }
 
     fn internal(context: &str) -> impl Fn(sea_orm::DbErr) -> ToolError + '_ {
-        move |e| ToolError::Internal(format!("{context}: {e}"))
+        move |e| {
+            if crate::db::is_unavailable(&e) {
+                ToolError::from(e)
+            } else {
+                ToolError::Internal(format!("{context}: {e}"))
+            }
+        }
+    }
+
+    /// A failure of the query role's own connection: 503 when the database cannot be reached.
+    fn connection_error(context: &str) -> impl Fn(sqlx::Error) -> ToolError + '_ {
+        move |e| {
+            if crate::db::is_unavailable_sqlx(&e) {
+                ToolError::Unavailable("the database is unavailable, retry".into())
+            } else {
+                ToolError::Internal(format!("{context}: {e}"))
+            }
+        }
     }
 
     /// Creates (or updates) the query role, the views schema and its views for the current
@@ -454,6 +471,9 @@ mod postgres {
         // One simple-protocol request runs as one implicit transaction: all or nothing, and
         // the advisory lock is held to its end.
         if let Err(e) = db.execute_unprepared(&script).await {
+            if crate::db::is_unavailable(&e) {
+                return Err(ToolError::from(e));
+            }
             return Err(ToolError::Internal(format!(
                 "could not set up the analytics views for svc_query (the database user needs \
                  CREATEROLE to create the query role): {e}"
@@ -478,13 +498,19 @@ mod postgres {
             .password(&password)
             .options([("search_path", setup.views_schema.as_str())])
             .disable_statement_logging();
-        let mut conn = PgConnection::connect_with(&options).await.map_err(|e| {
-            ToolError::Internal(format!("could not connect as the query role: {e}"))
-        })?;
+        // Bounded as the pool's connections are: a server that does not answer is unavailable.
+        let mut conn = tokio::time::timeout(
+            crate::db::POSTGRES_ACQUIRE_TIMEOUT,
+            PgConnection::connect_with(&options),
+        )
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)
+        .and_then(|connected| connected)
+        .map_err(connection_error("could not connect as the query role"))?;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut conn)
             .await
-            .map_err(|e| ToolError::Internal(format!("query connection: {e}")))?;
+            .map_err(connection_error("query connection"))?;
         db.execute_raw(Statement::from_sql_and_values(
             DatabaseBackend::Postgres,
             "INSERT INTO query_sessions (backend_pid, organization_id, created_at) \
@@ -534,7 +560,7 @@ mod postgres {
         )))
         .execute(&mut *conn)
         .await
-        .map_err(|e| ToolError::Internal(format!("query transaction: {e}")))?;
+        .map_err(connection_error("query transaction"))?;
         // Preparing checks that `sql` is exactly one statement and names its columns.
         let described = (&mut *conn)
             .prepare(AssertSqlSafe(sql.to_string()).into_sql_str())
@@ -613,6 +639,9 @@ mod postgres {
 
     /// A database error as the caller should read it.
     fn refusal(err: sqlx::Error) -> ToolError {
+        if crate::db::is_unavailable_sqlx(&err) {
+            return connection_error("query failed")(err);
+        }
         let sqlx::Error::Database(db_err) = &err else {
             return ToolError::Internal(format!("query failed: {err}"));
         };

@@ -22,6 +22,7 @@ mod layers;
 mod mcp;
 mod notify;
 mod ops;
+mod outage;
 mod platform;
 mod query_plans;
 mod search_query;

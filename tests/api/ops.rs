@@ -173,6 +173,7 @@ crate::db_test!(
         let org = app.org("Outage Co").await;
         app.db.clone().close().await.expect("close the pool");
         let bearer = format!("Bearer {}", org.api_key);
+        let ingest = format!("/api/i/v1/{}/events", org.public_key);
         let calls = [
             ("GET", "/api/automations", None),
             ("GET", "/api/tools", None),
@@ -182,22 +183,41 @@ crate::db_test!(
                 Some(json!({"tool": "svc_list_customers", "input": {}})),
             ),
             ("GET", "/api/integrations", None),
+            ("POST", "/api/validate-api-key", None),
+            (
+                "POST",
+                ingest.as_str(),
+                Some(json!({"source": "server", "events": [{"type": "custom",
+                    "eventName": "e", "url": "server://x", "path": "/", "userId": "u"}]})),
+            ),
+            (
+                "POST",
+                "/mcp",
+                Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+            ),
+            ("GET", "/readyz", None),
         ];
         for (method, path, body) in calls {
             let mut req = app
                 .client
                 .request(method.parse().unwrap(), format!("{}{path}", app.base))
-                .header("authorization", &bearer);
+                .header("authorization", &bearer)
+                .header("accept", "application/json, text/event-stream");
             if let Some(body) = body {
                 req = req.json(&body);
             }
             let r = req.send().await.expect("request");
             let status = r.status();
+            let retry_after = r.headers().get("retry-after").cloned();
             let body: Value = r.json().await.unwrap_or(Value::Null);
             assert_eq!(
                 status,
                 StatusCode::SERVICE_UNAVAILABLE,
                 "{method} {path}: {body}"
+            );
+            assert!(
+                retry_after.is_some(),
+                "{method} {path}: a 503 without Retry-After"
             );
         }
     }

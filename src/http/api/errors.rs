@@ -166,10 +166,18 @@ pub fn tool_error_json(err: ToolError) -> Value {
 // ---------------------------------------------------------------------------------------------
 // Keys and MCP: AuthError on routes that answer it themselves.
 
-/// `POST /api/validate-api-key`: 401 `{valid: false, error}`, or 500 when the check failed.
+/// What a key check that could not reach the database answers (503).
+const KEY_CHECK_UNAVAILABLE: &str =
+    "the key could not be checked: the database is unavailable; retry";
+
+/// `POST /api/validate-api-key`: 401 `{valid: false, error}`, 503 when the database cannot be
+/// reached, or 500 when the check failed otherwise.
 impl From<AuthError> for ValidateKeyResponse {
     fn from(err: AuthError) -> Self {
         match err {
+            AuthError::Internal(e) if crate::db::is_unavailable(&e) => {
+                Self::Unavailable(ErrorBody::new(KEY_CHECK_UNAVAILABLE))
+            }
             AuthError::Internal(e) => {
                 tracing::error!(error = %e, "key validation failed");
                 Self::Internal(ErrorBody::new("key validation failed"))
@@ -190,6 +198,11 @@ pub fn mcp_unauthorized(message: &str) -> Response {
 /// `/mcp`'s key check failed.
 pub fn mcp_auth_error(err: AuthError) -> Response {
     match err {
+        AuthError::Internal(e) if crate::db::is_unavailable(&e) => {
+            PoemJson(json!({ "error": KEY_CHECK_UNAVAILABLE }))
+                .with_status(StatusCode::SERVICE_UNAVAILABLE)
+                .into_response()
+        }
         AuthError::Internal(e) => {
             tracing::error!("key check failed: {e}");
             PoemJson(json!({ "error": "internal error" }))
@@ -265,6 +278,7 @@ impl From<IntegrationError> for DisconnectResponse {
             other => match IntegrationResponse::<Disconnected>::from(other) {
                 IntegrationResponse::BadRequest(b) => Self::BadRequest(b),
                 IntegrationResponse::Unauthorized(b) => Self::Unauthorized(b),
+                IntegrationResponse::Unavailable(b) => Self::Unavailable(b),
                 _ => Self::Internal(ErrorBody::new("internal error")),
             },
         }
@@ -272,7 +286,8 @@ impl From<IntegrationError> for DisconnectResponse {
 }
 
 /// The Stripe webhook: 400 for a bad signature or event, 404 for an unknown connection, 409
-/// before its signing secret is stored, 503 when Stripe could not be asked (Stripe retries).
+/// before its signing secret is stored, 503 when Stripe or the database could not be reached
+/// (Stripe retries).
 impl From<IntegrationError> for WebhookResponse {
     fn from(err: IntegrationError) -> Self {
         match err {
@@ -283,7 +298,9 @@ impl From<IntegrationError> for WebhookResponse {
                 Self::NotFound(ErrorBody::new(m))
             }
             IntegrationError::NotSetUp(m) => Self::NotSetUp(ErrorBody::new(m)),
-            IntegrationError::Upstream(m) => Self::Unavailable(ErrorBody::new(m)),
+            IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
+                Self::Unavailable(ErrorBody::new(m))
+            }
             other => {
                 tracing::error!(error = %other, "Stripe webhook failed");
                 Self::Internal(ErrorBody::new("internal error"))
@@ -292,7 +309,8 @@ impl From<IntegrationError> for WebhookResponse {
     }
 }
 
-/// The connect page's answer to a failed lookup: an HTML page, 404 for an unknown link, else 500.
+/// The connect page's answer to a failed lookup: an HTML page, 404 for an unknown link, 503
+/// while the database cannot be reached, else 500.
 impl From<IntegrationError> for connect_page::ErrorPage {
     fn from(err: IntegrationError) -> Self {
         Self(match err {
@@ -301,6 +319,11 @@ impl From<IntegrationError> for connect_page::ErrorPage {
                 "Connect link not found",
                 "<h1>This connect link is not valid</h1>\
              <p>Run <code>custintel integrations connect PROVIDER</code> for a new one.</p>",
+            ),
+            IntegrationError::Unavailable(_) => connect_page::page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Try again in a moment",
+                "<h1>The service is briefly unavailable</h1><p>Reload this page in a moment.</p>",
             ),
             other => {
                 tracing::error!(error = %other, "connect page failed");
@@ -358,14 +381,19 @@ fn refusal(err: IngestError) -> (IngestResponse, Vec<(HeaderName, HeaderValue)>)
             ]
             .into(),
         ),
+        IngestError::Unavailable(_) => (IngestResponse::Unavailable(refused(message)), vec![]),
         IngestError::Internal(_) => (IngestResponse::Internal(refused(message)), vec![]),
     }
 }
 
-/// A CORS preflight answers every refusal with 403: a browser only needs to know it may not send.
+/// A CORS preflight answers every refusal with 403 (a browser only needs to know it may not
+/// send), and 503 while the key's domains cannot be read.
 impl From<IngestError> for PreflightResponse {
     fn from(err: IngestError) -> Self {
-        Self::Forbidden(refused(err.to_string()))
+        match err {
+            IngestError::Unavailable(m) => Self::Unavailable(refused(m)),
+            other => Self::Forbidden(refused(other.to_string())),
+        }
     }
 }
 

@@ -132,6 +132,18 @@ pub enum IngestResponse {
     /// The events could not be stored; nothing was acknowledged, retry later.
     #[oai(status = 500)]
     Internal(Json<IngestRequestError>),
+    /// The database cannot be reached: the events were not acknowledged. Retry the batch
+    /// unchanged after `Retry-After`; with `messageId`s, events that were stored all the same
+    /// are not stored twice.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
+    Unavailable(Json<IngestRequestError>),
 }
 
 fn ingest_bad_request(err: poem::Error) -> IngestResponse {
@@ -148,6 +160,9 @@ pub enum PreflightResponse {
     /// Unknown public key, or an origin that is not an enabled tracking domain.
     #[oai(status = 403)]
     Forbidden(Json<IngestRequestError>),
+    /// The key's tracking domains could not be read: the database cannot be reached.
+    #[oai(status = 503)]
+    Unavailable(Json<IngestRequestError>),
 }
 
 fn preflight_bad_request(err: poem::Error) -> PreflightResponse {

@@ -44,6 +44,17 @@ pub enum ValidateKeyResponse {
     /// The key could not be checked.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
+    /// The key could not be checked: the database cannot be reached; retry after
+    /// `Retry-After`.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
+    Unavailable(Json<ErrorBody>),
 }
 
 impl ValidateKeyResponse {

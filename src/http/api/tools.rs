@@ -72,8 +72,15 @@ pub enum ToolCallResponse {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
-    /// The database could not be reached; retry.
-    #[oai(status = 503)]
+    /// The database cannot be reached; retry after `Retry-After`.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
     Unavailable(Json<ErrorBody>),
 }
 
@@ -115,8 +122,16 @@ pub enum ToolListResponse {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
-    /// The database could not be reached; retry.
-    #[oai(status = 503)]
+    /// The key could not be checked: the database cannot be reached; retry after
+    /// `Retry-After`.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
     Unavailable(Json<ErrorBody>),
 }
 

@@ -83,8 +83,16 @@ pub enum WebhookResponse {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
-    /// Stripe could not be asked for the customer's subscriptions; Stripe retries the delivery.
-    #[oai(status = 503)]
+    /// Stripe could not be asked for the customer's subscriptions, or the database cannot be
+    /// reached; Stripe retries the delivery.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
     Unavailable(Json<ErrorBody>),
 }
 

@@ -24,8 +24,15 @@ pub enum IntegrationResponse<T: ParseFromJSON + ToJSON + Send + Sync> {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
-    /// A provider's API or the database could not be reached; retry.
-    #[oai(status = 503)]
+    /// A provider's API or the database cannot be reached; retry after `Retry-After`.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
     Unavailable(Json<ErrorBody>),
 }
 
@@ -75,6 +82,16 @@ pub enum DisconnectResponse {
     /// Internal error.
     #[oai(status = 500)]
     Internal(Json<ErrorBody>),
+    /// The database cannot be reached; retry after `Retry-After`.
+    #[oai(
+        status = 503,
+        header(
+            name = "Retry-After",
+            ty = "u64",
+            description = "Seconds to wait before retrying."
+        )
+    )]
+    Unavailable(Json<ErrorBody>),
 }
 
 pub(super) fn disconnect_bad_request(err: poem::Error) -> DisconnectResponse {
