@@ -328,6 +328,26 @@ fn order_violations(tree: &Tree) -> Vec<String> {
     found
 }
 
+/// The HTTP side's one mapping of domain errors to statuses and bodies.
+const ERROR_MAP: &str = "http/api/errors.rs";
+
+/// Rule 4: the error map references no route file of `http::api` (the routes take its failure
+/// types with `From`; it reads only the envelopes and the domain's errors).
+fn error_map_violations(tree: &Tree) -> Vec<&Ref> {
+    let routes = |r: &&Ref| {
+        r.internal
+            && r.path.len() > 2
+            && r.path[..2] == ["http".to_string(), "api".to_string()]
+            && tree.modules.contains(&r.path[..3].to_vec())
+            && r.path[2] != "errors"
+    };
+    tree.refs
+        .iter()
+        .filter(|r| r.file == ERROR_MAP)
+        .filter(routes)
+        .collect()
+}
+
 /// Rule 3: in each directory module, "a file of child a references child b" is acyclic. One
 /// finding per simple cycle, with the references that make it.
 fn sibling_cycles(tree: &Tree) -> Vec<String> {
@@ -456,6 +476,20 @@ fn sibling_modules_import_each_other_one_way() {
     );
 }
 
+#[test]
+fn the_error_map_reads_no_route() {
+    let tree = source_tree();
+    let found: Vec<String> = error_map_violations(&tree)
+        .iter()
+        .map(|r| r.show())
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the error map imports route files:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The checker itself, on planted sources: each kind of violation is caught.
 mod planted {
     use super::*;
@@ -464,6 +498,24 @@ mod planted {
     fn crossings(file: &str, text: &str) -> Vec<usize> {
         let tree = parse_tree(&[(file, text)]);
         layer_violations(&tree).iter().map(|r| r.line).collect()
+    }
+
+    #[test]
+    fn an_error_map_that_reads_a_route_is_caught() {
+        let tree = parse_tree(&[
+            (
+                ERROR_MAP,
+                "use super::{tools::ToolCallResponse, ApiTags};\nuse crate::http::envelope::E;\n\
+                 fn f() -> super::keys::K { todo!() }",
+            ),
+            ("http/api/mod.rs", "pub enum ApiTags {}"),
+            ("http/api/tools.rs", "pub enum ToolCallResponse {}"),
+            ("http/api/keys.rs", "pub struct K;"),
+            ("http/envelope.rs", "pub struct E;"),
+            ("http/api/tools_extra.rs", "use super::errors::ToolFailure;"),
+        ]);
+        let lines: Vec<usize> = error_map_violations(&tree).iter().map(|r| r.line).collect();
+        assert_eq!(lines, vec![1, 3]);
     }
 
     #[test]

@@ -14,11 +14,12 @@ use poem::{
 };
 use serde_json::{Map, Value};
 
-use super::AppState;
+use super::{errors::IntegrationFailure, AppState};
 use crate::{
     integrations::{
         providers::SetupMode,
         sessions::{self, PageAnswer, PageOutcome, SessionView},
+        IntegrationError,
     },
     validation::{PathSegment, ValidationIssue},
 };
@@ -46,7 +47,7 @@ font-weight:600}input[type=text],input[type=password]{width:100%;padding:.5rem;b
 button{margin:1rem .5rem 0 0;padding:.55rem 1.1rem;font-size:1rem}.note{color:#555;font-size:.9rem}\
 .error{color:#a11;border:1px solid #a11;padding:.6rem}.ok{color:#116611}";
 
-pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response {
+fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -192,8 +193,38 @@ fn form_page(
     page(status, &format!("Connect {}", p.name), &body)
 }
 
-/// The page that answers a failed look-up (`From<IntegrationError>`, in `errors.rs`).
+/// The page that answers a failed look-up.
 pub struct ErrorPage(pub Response);
+
+/// The page's answer to a failed lookup: 404 for an unknown link, 503 while the database cannot
+/// be reached, else 500.
+impl From<IntegrationError> for ErrorPage {
+    fn from(err: IntegrationError) -> Self {
+        Self(match IntegrationFailure::from(err) {
+            IntegrationFailure::NotFound(_) => page(
+                StatusCode::NOT_FOUND,
+                "Connect link not found",
+                "<h1>This connect link is not valid</h1>\
+             <p>Run <code>custintel integrations connect PROVIDER</code> for a new one.</p>",
+            ),
+            IntegrationFailure::Unavailable(_) => page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Try again in a moment",
+                "<h1>The service is briefly unavailable</h1><p>Reload this page in a moment.</p>",
+            ),
+            other => {
+                if !matches!(other, IntegrationFailure::Internal(_)) {
+                    tracing::error!("connect page failed: an unexpected refusal");
+                }
+                page(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Something went wrong",
+                    "<h1>Something went wrong</h1><p>Try the link again in a moment.</p>",
+                )
+            }
+        })
+    }
+}
 
 /// `GET /connect/{sessionId}`.
 #[handler]

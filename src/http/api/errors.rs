@@ -1,8 +1,10 @@
 //! The one place that maps domain errors to HTTP: each domain error type ([`PlatformError`],
 //! [`ToolError`], [`AuthError`], [`IntegrationError`], [`IngestError`]) to the status and body
-//! the spec gives it, as the typed response of the route that answers. Handlers convert with
-//! `From` (`.into()`) and call nothing here by name, so imports run one way (this file reads the
-//! routes' response types); nothing else in `src/http/api/` picks a status for a domain error.
+//! the spec gives it. Each envelope has its error type here: the command envelope's error
+//! variants of [`ActionResponse`], [`ToolFailure`], [`KeyRefusal`], [`IntegrationFailure`] and
+//! [`IngestFailure`]. A route's typed response takes one with `From`, as its variant of the same
+//! status, so imports run one way: the routes read this file, and this file reads no route.
+//! Nothing else in `src/http/api/` picks a status for a domain error.
 
 use std::collections::BTreeMap;
 
@@ -11,23 +13,9 @@ use poem::{
     web::Json as PoemJson,
     IntoResponse, Response,
 };
-use poem_openapi::{
-    payload::Json,
-    types::{ParseFromJSON, ToJSON},
-};
+use poem_openapi::{payload::Json, types::ToJSON, Object};
 use serde_json::{json, Value};
 
-use super::{
-    connect_page,
-    ingest::{refused, IngestRefusal, IngestResponse, PreflightResponse},
-    integrations::{
-        DisconnectResponse, Disconnected, Forbidden, IntegrationResponse, NotConnected,
-        PlanConnectionLimit,
-    },
-    keys::ValidateKeyResponse,
-    tools::{PlanLimitError, ToolCallResponse, ToolListResponse},
-    webhooks::WebhookResponse,
-};
 use crate::{
     auth::AuthError,
     http::envelope::{
@@ -89,20 +77,41 @@ impl<T: CommandData> From<PlatformError> for ActionResponse<T> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The tool gateway: ToolError -> `POST /api/tools/call` and MCP `tools/call`.
+// The tool gateway: ToolError -> `POST /api/tools/call`, `GET /api/tools` and MCP `tools/call`.
 
-/// 400 `{error: "invalid tool call", details}`.
-pub fn invalid_tool_call(issues: Vec<ValidationIssue>) -> ToolCallResponse {
-    ToolCallResponse::BadRequest(Json(ErrorBody {
-        error: "invalid tool call".to_string(),
-        details: Some(issue_bodies(issues)),
-    }))
+/// The plan's tool-call allowance for this billing cycle is used up.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase")]
+pub struct PlanLimitError {
+    pub error: String,
+    /// Always `api_limit_exceeded`.
+    pub code: String,
+    /// The organization's plan: `free`, `pro` or `enterprise`.
+    pub plan: String,
+    /// Always `api_calls`.
+    pub feature: String,
+    /// When the allowance renews: Unix milliseconds of the next billing cycle's start (the
+    /// first day of the next calendar month, 00:00 UTC).
+    pub reset_at: i64,
 }
 
-impl From<ToolError> for ToolCallResponse {
+/// A failed tool call (or key check of the tool routes), by status.
+pub enum ToolFailure {
+    BadRequest(Json<ErrorBody>),
+    Unauthorized(Json<ErrorBody>),
+    LimitExceeded(Json<PlanLimitError>),
+    NotFound(Json<ErrorBody>),
+    Internal(Json<ErrorBody>),
+    Unavailable(Json<ErrorBody>),
+}
+
+impl From<ToolError> for ToolFailure {
     fn from(err: ToolError) -> Self {
         match err {
-            ToolError::Invalid(issues) => invalid_tool_call(issues),
+            ToolError::Invalid(issues) => Self::BadRequest(Json(ErrorBody {
+                error: "invalid tool call".to_string(),
+                details: Some(issue_bodies(issues)),
+            })),
             ToolError::Refused(message) => Self::BadRequest(ErrorBody::new(message)),
             ToolError::NotFound(message) => Self::NotFound(ErrorBody::new(message)),
             ToolError::Internal(message) => {
@@ -123,8 +132,9 @@ impl From<ToolError> for ToolCallResponse {
     }
 }
 
-/// A key check of `POST /api/tools/call` that failed.
-impl From<AuthError> for ToolCallResponse {
+/// A key check of the tool routes that failed: 401, or as a failed call when the check itself
+/// failed (503 while the database cannot be reached).
+impl From<AuthError> for ToolFailure {
     fn from(err: AuthError) -> Self {
         match err {
             AuthError::Internal(e) => ToolError::from(e).into(),
@@ -133,33 +143,16 @@ impl From<AuthError> for ToolCallResponse {
     }
 }
 
-/// A key check of `GET /api/tools` that failed.
-impl From<AuthError> for ToolListResponse {
-    fn from(err: AuthError) -> Self {
-        match err {
-            AuthError::Internal(e) => match ToolError::from(e) {
-                ToolError::Unavailable(message) => Self::Unavailable(ErrorBody::new(message)),
-                other => {
-                    tracing::error!("key check failed: {other}");
-                    Self::Internal(ErrorBody::new("internal error"))
-                }
-            },
-            other => Self::Unauthorized(ErrorBody::new(other.to_string())),
-        }
-    }
-}
-
 /// The body a failed tool call answers over HTTP, as JSON: MCP's `tools/call` returns it as its
-/// error result. Built from the typed response, so both transports say the same.
+/// error result, so both transports say the same.
 pub fn tool_error_json(err: ToolError) -> Value {
-    match ToolCallResponse::from(err) {
-        ToolCallResponse::Ok(Json(value)) => value,
-        ToolCallResponse::LimitExceeded(Json(body)) => body.to_json().unwrap_or(Value::Null),
-        ToolCallResponse::BadRequest(Json(body))
-        | ToolCallResponse::Unauthorized(Json(body))
-        | ToolCallResponse::NotFound(Json(body))
-        | ToolCallResponse::Internal(Json(body))
-        | ToolCallResponse::Unavailable(Json(body)) => body.to_json().unwrap_or(Value::Null),
+    match ToolFailure::from(err) {
+        ToolFailure::LimitExceeded(Json(body)) => body.to_json().unwrap_or(Value::Null),
+        ToolFailure::BadRequest(Json(body))
+        | ToolFailure::Unauthorized(Json(body))
+        | ToolFailure::NotFound(Json(body))
+        | ToolFailure::Internal(Json(body))
+        | ToolFailure::Unavailable(Json(body)) => body.to_json().unwrap_or(Value::Null),
     }
 }
 
@@ -170,9 +163,15 @@ pub fn tool_error_json(err: ToolError) -> Value {
 const KEY_CHECK_UNAVAILABLE: &str =
     "the key could not be checked: the database is unavailable; retry";
 
-/// `POST /api/validate-api-key`: 401 `{valid: false, error}`, 503 when the database cannot be
-/// reached, or 500 when the check failed otherwise.
-impl From<AuthError> for ValidateKeyResponse {
+/// A key that `POST /api/validate-api-key` refuses (401 `{valid: false, error}`), or a check
+/// that could not be made: 503 while the database cannot be reached, else 500.
+pub enum KeyRefusal {
+    Invalid(String),
+    Unavailable(Json<ErrorBody>),
+    Internal(Json<ErrorBody>),
+}
+
+impl From<AuthError> for KeyRefusal {
     fn from(err: AuthError) -> Self {
         match err {
             AuthError::Internal(e) if crate::db::is_unavailable(&e) => {
@@ -182,7 +181,7 @@ impl From<AuthError> for ValidateKeyResponse {
                 tracing::error!(error = %e, "key validation failed");
                 Self::Internal(ErrorBody::new("key validation failed"))
             }
-            other => Self::invalid(other.to_string()),
+            other => Self::Invalid(other.to_string()),
         }
     }
 }
@@ -217,6 +216,40 @@ pub fn mcp_auth_error(err: AuthError) -> Response {
 // Integrations: IntegrationError -> `/api/integrations`, disconnect, the Stripe webhook and the
 // connect page.
 
+/// The plan allows no more integration connections.
+#[derive(Debug, Object)]
+#[oai(rename_all = "camelCase")]
+pub struct PlanConnectionLimit {
+    pub error: String,
+    /// `plan_connection_limit_exceeded`.
+    pub code: String,
+    /// `integration_connections`.
+    pub feature: String,
+    pub plan: String,
+    pub current_connections: i64,
+    pub limit: i64,
+}
+
+/// A failed integration request, by status. Routes that cannot meet a variant (the Stripe
+/// webhook has no API key) answer it as an internal error.
+pub enum IntegrationFailure {
+    BadRequest(Json<ErrorBody>),
+    Unauthorized(Json<ErrorBody>),
+    /// 403: the key is read-only.
+    Forbidden(Json<ErrorBody>),
+    /// 403: the plan's connection limit is reached.
+    ConnectionLimit(Json<PlanConnectionLimit>),
+    /// 404: the provider is valid but not connected (disconnect answers it in its own body).
+    NotConnected(String),
+    NotFound(Json<ErrorBody>),
+    /// 409 on the Stripe webhook before its signing secret is stored; 400 on the other routes.
+    NotSetUp(String),
+    /// 503: a provider's API or the database cannot be reached.
+    Unavailable(Json<ErrorBody>),
+    /// 500, logged here; the body says no more than "internal error".
+    Internal(Json<ErrorBody>),
+}
+
 fn bad_request_body(message: String, issues: Vec<ValidationIssue>) -> Json<ErrorBody> {
     Json(ErrorBody {
         error: message,
@@ -224,21 +257,19 @@ fn bad_request_body(message: String, issues: Vec<ValidationIssue>) -> Json<Error
     })
 }
 
-impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for IntegrationResponse<T> {
+impl From<IntegrationError> for IntegrationFailure {
     fn from(err: IntegrationError) -> Self {
         match err {
             IntegrationError::BadRequest { message, issues } => {
                 Self::BadRequest(bad_request_body(message, issues))
             }
             IntegrationError::Unauthorized(m) => Self::Unauthorized(ErrorBody::new(m)),
-            IntegrationError::Forbidden(m) => {
-                Self::Forbidden(Json(Forbidden::Scope(ErrorBody::new(m).0)))
-            }
+            IntegrationError::Forbidden(m) => Self::Forbidden(ErrorBody::new(m)),
             IntegrationError::ConnectionLimit {
                 plan,
                 current,
                 limit,
-            } => Self::Forbidden(Json(Forbidden::Limit(PlanConnectionLimit {
+            } => Self::ConnectionLimit(Json(PlanConnectionLimit {
                 error: format!(
                     "the {plan} plan allows {limit} integration connection(s) and {current} are \
                      in use: disconnect one or upgrade the plan"
@@ -248,12 +279,10 @@ impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for Integra
                 plan,
                 current_connections: current,
                 limit,
-            }))),
-            IntegrationError::NotConnected(m) | IntegrationError::NotFound(m) => {
-                Self::NotFound(ErrorBody::new(m))
-            }
-            // Only the Stripe webhook route meets it (409 there); these routes answer 400.
-            IntegrationError::NotSetUp(m) => Self::BadRequest(bad_request_body(m, vec![])),
+            })),
+            IntegrationError::NotConnected(m) => Self::NotConnected(m),
+            IntegrationError::NotFound(m) => Self::NotFound(ErrorBody::new(m)),
+            IntegrationError::NotSetUp(m) => Self::NotSetUp(m),
             IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
                 Self::Unavailable(ErrorBody::new(m))
             }
@@ -265,135 +294,81 @@ impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for Integra
     }
 }
 
-/// Disconnect: 404 `{success: false, message}` when the provider is not connected; the rest as
-/// the other integration routes, within the statuses disconnect documents.
-impl From<IntegrationError> for DisconnectResponse {
-    fn from(err: IntegrationError) -> Self {
-        match err {
-            IntegrationError::NotConnected(message) => Self::NotConnected(Json(NotConnected {
-                success: false,
-                message,
-            })),
-            IntegrationError::Forbidden(m) => Self::Forbidden(ErrorBody::new(m)),
-            other => match IntegrationResponse::<Disconnected>::from(other) {
-                IntegrationResponse::BadRequest(b) => Self::BadRequest(b),
-                IntegrationResponse::Unauthorized(b) => Self::Unauthorized(b),
-                IntegrationResponse::Unavailable(b) => Self::Unavailable(b),
-                _ => Self::Internal(ErrorBody::new("internal error")),
-            },
-        }
-    }
-}
-
-/// The Stripe webhook: 400 for a bad signature or event, 404 for an unknown connection, 409
-/// before its signing secret is stored, 503 when Stripe or the database could not be reached
-/// (Stripe retries).
-impl From<IntegrationError> for WebhookResponse {
-    fn from(err: IntegrationError) -> Self {
-        match err {
-            IntegrationError::BadRequest { message, issues } => {
-                Self::BadRequest(bad_request_body(message, issues))
-            }
-            IntegrationError::NotFound(m) | IntegrationError::NotConnected(m) => {
-                Self::NotFound(ErrorBody::new(m))
-            }
-            IntegrationError::NotSetUp(m) => Self::NotSetUp(ErrorBody::new(m)),
-            IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
-                Self::Unavailable(ErrorBody::new(m))
-            }
-            other => {
-                tracing::error!(error = %other, "Stripe webhook failed");
-                Self::Internal(ErrorBody::new("internal error"))
-            }
-        }
-    }
-}
-
-/// The connect page's answer to a failed lookup: an HTML page, 404 for an unknown link, 503
-/// while the database cannot be reached, else 500.
-impl From<IntegrationError> for connect_page::ErrorPage {
-    fn from(err: IntegrationError) -> Self {
-        Self(match err {
-            IntegrationError::NotFound(_) => connect_page::page(
-                StatusCode::NOT_FOUND,
-                "Connect link not found",
-                "<h1>This connect link is not valid</h1>\
-             <p>Run <code>custintel integrations connect PROVIDER</code> for a new one.</p>",
-            ),
-            IntegrationError::Unavailable(_) => connect_page::page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Try again in a moment",
-                "<h1>The service is briefly unavailable</h1><p>Reload this page in a moment.</p>",
-            ),
-            other => {
-                tracing::error!(error = %other, "connect page failed");
-                connect_page::page(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Something went wrong",
-                    "<h1>Something went wrong</h1><p>Try the link again in a moment.</p>",
-                )
-            }
-        })
-    }
+/// The body of a 400 for an integration error that only the Stripe webhook meets as itself.
+pub fn not_set_up_elsewhere(message: String) -> Json<ErrorBody> {
+    bad_request_body(message, vec![])
 }
 
 // ---------------------------------------------------------------------------------------------
 // Ingest: IngestError -> `{success: false, processed: 0, errors: [{index: -1, message}]}`.
 
+/// A refused ingest request, by status, with the message its body carries.
+pub enum IngestFailure {
+    Forbidden(String),
+    BadRequest(String),
+    TooLarge(String),
+    /// 429, with `Retry-After` and the exhausted rate limit in [`IngestFailure::headers`].
+    RateLimited {
+        message: String,
+        limit: u32,
+        retry_after_secs: u64,
+    },
+    /// 503: the database cannot be reached; nothing was stored.
+    Unavailable(String),
+    Internal(String),
+}
+
 fn header_value(v: impl ToString) -> HeaderValue {
     HeaderValue::from_str(&v.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The ingest answer to a refused request, with the headers it carries (429: `Retry-After` and
-/// the exhausted rate limit).
-impl From<IngestError> for IngestRefusal {
+impl From<IngestError> for IngestFailure {
     fn from(err: IngestError) -> Self {
-        let (response, headers) = refusal(err);
-        Self { response, headers }
+        let message = err.to_string();
+        match err {
+            IngestError::Forbidden(_) => Self::Forbidden(message),
+            IngestError::BadRequest(_) => Self::BadRequest(message),
+            IngestError::TooLarge => Self::TooLarge(message),
+            IngestError::RateLimited {
+                limit,
+                retry_after_secs,
+            } => Self::RateLimited {
+                message,
+                limit,
+                retry_after_secs,
+            },
+            IngestError::Unavailable(_) => Self::Unavailable(message),
+            IngestError::Internal(_) => Self::Internal(message),
+        }
     }
 }
 
-fn refusal(err: IngestError) -> (IngestResponse, Vec<(HeaderName, HeaderValue)>) {
-    let message = err.to_string();
-    match err {
-        IngestError::Forbidden(_) => (IngestResponse::Forbidden(refused(message)), vec![]),
-        IngestError::BadRequest(_) => (IngestResponse::BadRequest(refused(message)), vec![]),
-        IngestError::TooLarge => (IngestResponse::TooLarge(refused(message)), vec![]),
-        IngestError::RateLimited {
+impl IngestFailure {
+    /// The headers the answer carries (a 429: `Retry-After` and the exhausted rate limit).
+    pub fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let Self::RateLimited {
             limit,
             retry_after_secs,
-        } => (
-            IngestResponse::TooManyRequests(refused(message)),
-            [
-                (header::RETRY_AFTER, header_value(retry_after_secs)),
-                (
-                    HeaderName::from_static("x-ratelimit-limit"),
-                    header_value(limit),
-                ),
-                (
-                    HeaderName::from_static("x-ratelimit-remaining"),
-                    header_value(0),
-                ),
-                (
-                    HeaderName::from_static("x-ratelimit-reset"),
-                    header_value(retry_after_secs),
-                ),
-            ]
-            .into(),
-        ),
-        IngestError::Unavailable(_) => (IngestResponse::Unavailable(refused(message)), vec![]),
-        IngestError::Internal(_) => (IngestResponse::Internal(refused(message)), vec![]),
-    }
-}
-
-/// A CORS preflight answers every refusal with 403 (a browser only needs to know it may not
-/// send), and 503 while the key's domains cannot be read.
-impl From<IngestError> for PreflightResponse {
-    fn from(err: IngestError) -> Self {
-        match err {
-            IngestError::Unavailable(m) => Self::Unavailable(refused(m)),
-            other => Self::Forbidden(refused(other.to_string())),
-        }
+            ..
+        } = self
+        else {
+            return vec![];
+        };
+        vec![
+            (header::RETRY_AFTER, header_value(retry_after_secs)),
+            (
+                HeaderName::from_static("x-ratelimit-limit"),
+                header_value(limit),
+            ),
+            (
+                HeaderName::from_static("x-ratelimit-remaining"),
+                header_value(0),
+            ),
+            (
+                HeaderName::from_static("x-ratelimit-reset"),
+                header_value(retry_after_secs),
+            ),
+        ]
     }
 }
 

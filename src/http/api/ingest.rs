@@ -17,7 +17,7 @@ use poem_openapi::{
 };
 
 use super::ApiTags;
-use super::{ingest_batch::IngestRequest, ingest_body};
+use super::{errors::IngestFailure, ingest_batch::IngestRequest, ingest_body};
 use crate::ingest::{self, Ingest, IngestError, RateInfo};
 
 /// Every event was stored.
@@ -59,7 +59,7 @@ pub struct IngestRequestError {
     pub errors: Vec<IngestEventError>,
 }
 
-pub(crate) fn refused(message: impl Into<String>) -> Json<IngestRequestError> {
+fn refused(message: impl Into<String>) -> Json<IngestRequestError> {
     Json(IngestRequestError {
         success: false,
         processed: 0,
@@ -70,11 +70,28 @@ pub(crate) fn refused(message: impl Into<String>) -> Json<IngestRequestError> {
     })
 }
 
-/// A refused ingest request: its answer and the headers that go with it (`From<IngestError>`,
-/// in `errors.rs`).
+/// A refused ingest request: its answer and the headers that go with it.
 pub struct IngestRefusal {
     pub response: IngestResponse,
     pub headers: Vec<(poem::http::HeaderName, poem::http::HeaderValue)>,
+}
+
+impl From<IngestError> for IngestRefusal {
+    fn from(err: IngestError) -> Self {
+        let failure = IngestFailure::from(err);
+        let headers = failure.headers();
+        let response = match failure {
+            IngestFailure::Forbidden(m) => IngestResponse::Forbidden(refused(m)),
+            IngestFailure::BadRequest(m) => IngestResponse::BadRequest(refused(m)),
+            IngestFailure::TooLarge(m) => IngestResponse::TooLarge(refused(m)),
+            IngestFailure::RateLimited { message, .. } => {
+                IngestResponse::TooManyRequests(refused(message))
+            }
+            IngestFailure::Unavailable(m) => IngestResponse::Unavailable(refused(m)),
+            IngestFailure::Internal(m) => IngestResponse::Internal(refused(m)),
+        };
+        Self { response, headers }
+    }
 }
 
 #[derive(ApiResponse)]
@@ -163,6 +180,21 @@ pub enum PreflightResponse {
     /// The key's tracking domains could not be read: the database cannot be reached.
     #[oai(status = 503)]
     Unavailable(Json<IngestRequestError>),
+}
+
+/// A CORS preflight answers every refusal with 403 (a browser only needs to know it may not
+/// send), and 503 while the key's domains cannot be read.
+impl From<IngestError> for PreflightResponse {
+    fn from(err: IngestError) -> Self {
+        match IngestFailure::from(err) {
+            IngestFailure::Unavailable(m) => Self::Unavailable(refused(m)),
+            IngestFailure::Forbidden(m)
+            | IngestFailure::BadRequest(m)
+            | IngestFailure::TooLarge(m)
+            | IngestFailure::RateLimited { message: m, .. }
+            | IngestFailure::Internal(m) => Self::Forbidden(refused(m)),
+        }
+    }
 }
 
 fn preflight_bad_request(err: poem::Error) -> PreflightResponse {

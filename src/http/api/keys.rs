@@ -2,9 +2,9 @@
 
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 
-use super::{ApiTags, AppState};
+use super::{errors::KeyRefusal, ApiTags, AppState};
 use crate::{
-    auth::authenticate,
+    auth::{authenticate, AuthError},
     http::api::ApiKeyAuth,
     http::envelope::{issue_bodies, request_issues, ErrorBody},
     http::types::Nullable,
@@ -64,6 +64,17 @@ impl ValidateKeyResponse {
             valid: false,
             error: error.into(),
         }))
+    }
+}
+
+/// A refused key, or a check that could not be made.
+impl From<AuthError> for ValidateKeyResponse {
+    fn from(err: AuthError) -> Self {
+        match KeyRefusal::from(err) {
+            KeyRefusal::Invalid(message) => Self::invalid(message),
+            KeyRefusal::Unavailable(b) => Self::Unavailable(b),
+            KeyRefusal::Internal(b) => Self::Internal(b),
+        }
     }
 }
 

@@ -5,9 +5,12 @@ use std::collections::BTreeMap;
 use poem_openapi::{payload::Json, ApiResponse, Object, OpenApi};
 use serde_json::Value;
 
-use super::{ApiTags, AppState};
+use super::{
+    errors::{PlanLimitError, ToolFailure},
+    ApiTags, AppState,
+};
 use crate::{
-    auth::authenticate,
+    auth::{authenticate, AuthError},
     http::api::ApiKeyAuth,
     http::envelope::{request_issues, ErrorBody},
     http::request::JsonBody,
@@ -31,22 +34,6 @@ pub struct ToolCallRequest {
     /// The tool's input, validated against its input schema (default `{}`).
     #[serde(default, deserialize_with = "present_object")]
     pub input: Option<BTreeMap<String, Value>>,
-}
-
-/// The plan's tool-call allowance for this billing cycle is used up.
-#[derive(Debug, Object)]
-#[oai(rename_all = "camelCase")]
-pub struct PlanLimitError {
-    pub error: String,
-    /// Always `api_limit_exceeded`.
-    pub code: String,
-    /// The organization's plan: `free`, `pro` or `enterprise`.
-    pub plan: String,
-    /// Always `api_calls`.
-    pub feature: String,
-    /// When the allowance renews: Unix milliseconds of the next billing cycle's start (the
-    /// first day of the next calendar month, 00:00 UTC).
-    pub reset_at: i64,
 }
 
 #[derive(ApiResponse)]
@@ -82,6 +69,31 @@ pub enum ToolCallResponse {
         )
     )]
     Unavailable(Json<ErrorBody>),
+}
+
+impl From<ToolFailure> for ToolCallResponse {
+    fn from(failure: ToolFailure) -> Self {
+        match failure {
+            ToolFailure::BadRequest(b) => Self::BadRequest(b),
+            ToolFailure::Unauthorized(b) => Self::Unauthorized(b),
+            ToolFailure::LimitExceeded(b) => Self::LimitExceeded(b),
+            ToolFailure::NotFound(b) => Self::NotFound(b),
+            ToolFailure::Internal(b) => Self::Internal(b),
+            ToolFailure::Unavailable(b) => Self::Unavailable(b),
+        }
+    }
+}
+
+impl From<tools::ToolError> for ToolCallResponse {
+    fn from(err: tools::ToolError) -> Self {
+        ToolFailure::from(err).into()
+    }
+}
+
+impl From<AuthError> for ToolCallResponse {
+    fn from(err: AuthError) -> Self {
+        ToolFailure::from(err).into()
+    }
 }
 
 fn call_bad_request(err: poem::Error) -> ToolCallResponse {
@@ -133,6 +145,17 @@ pub enum ToolListResponse {
         )
     )]
     Unavailable(Json<ErrorBody>),
+}
+
+/// A key check of `GET /api/tools` that failed (the route answers no other failure).
+impl From<AuthError> for ToolListResponse {
+    fn from(err: AuthError) -> Self {
+        match ToolFailure::from(err) {
+            ToolFailure::Unauthorized(b) => Self::Unauthorized(b),
+            ToolFailure::Unavailable(b) => Self::Unavailable(b),
+            _ => Self::Internal(ErrorBody::new("internal error")),
+        }
+    }
 }
 
 fn list_bad_request(err: poem::Error) -> ToolListResponse {

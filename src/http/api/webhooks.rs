@@ -9,11 +9,11 @@ use poem_openapi::{
     ApiResponse, Object, OpenApi,
 };
 
-use super::{ApiTags, AppState};
+use super::{errors::IntegrationFailure, ApiTags, AppState};
 use crate::{
     http::envelope::{issue_bodies, request_issues, ErrorBody},
     http::request::{RequestValidationError, MAX_BODY_BYTES},
-    integrations::webhook,
+    integrations::{webhook, IntegrationError},
     validation::ValidationIssue,
 };
 
@@ -94,6 +94,30 @@ pub enum WebhookResponse {
         )
     )]
     Unavailable(Json<ErrorBody>),
+}
+
+/// 400 for a bad signature or event, 404 for an unknown connection, 409 before its signing
+/// secret is stored, 503 when Stripe or the database could not be reached (Stripe retries).
+impl From<IntegrationError> for WebhookResponse {
+    fn from(err: IntegrationError) -> Self {
+        match IntegrationFailure::from(err) {
+            IntegrationFailure::BadRequest(b) => Self::BadRequest(b),
+            IntegrationFailure::NotFound(b) => Self::NotFound(b),
+            IntegrationFailure::NotConnected(m) => Self::NotFound(ErrorBody::new(m)),
+            IntegrationFailure::NotSetUp(m) => Self::NotSetUp(ErrorBody::new(m)),
+            IntegrationFailure::Unavailable(b) => Self::Unavailable(b),
+            IntegrationFailure::Internal(b) => Self::Internal(b),
+            // A webhook carries no API key: a key's refusal here is a fault of the service.
+            IntegrationFailure::Unauthorized(Json(b)) | IntegrationFailure::Forbidden(Json(b)) => {
+                tracing::error!(error = %b.error, "Stripe webhook failed");
+                Self::Internal(ErrorBody::new("internal error"))
+            }
+            IntegrationFailure::ConnectionLimit(Json(b)) => {
+                tracing::error!(error = %b.error, "Stripe webhook failed");
+                Self::Internal(ErrorBody::new("internal error"))
+            }
+        }
+    }
 }
 
 fn webhook_bad_request(err: poem::Error) -> WebhookResponse {

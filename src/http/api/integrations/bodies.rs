@@ -155,20 +155,6 @@ pub enum ConnectResult {
     Session(ConnectSession),
 }
 
-/// The plan allows no more integration connections.
-#[derive(Debug, Object)]
-#[oai(rename_all = "camelCase")]
-pub struct PlanConnectionLimit {
-    pub error: String,
-    /// `plan_connection_limit_exceeded`.
-    pub code: String,
-    /// `integration_connections`.
-    pub feature: String,
-    pub plan: String,
-    pub current_connections: i64,
-    pub limit: i64,
-}
-
 /// The plan's connection limit, or a read-only key.
 #[derive(Debug, Union)]
 #[oai(one_of)]

@@ -18,7 +18,10 @@ use poem_openapi::{
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{ApiTags, AppState};
+use super::{
+    errors::{not_set_up_elsewhere, IntegrationFailure, PlanConnectionLimit},
+    ApiTags, AppState,
+};
 use crate::{
     auth::{authenticate, AuthContext},
     http::api::ApiKeyAuth,

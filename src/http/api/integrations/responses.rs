@@ -1,4 +1,5 @@
-//! The responses of `/api/integrations` (integration errors map onto them in `errors.rs`).
+//! The responses of `/api/integrations`; integration errors reach them as the
+//! [`IntegrationFailure`] that `errors.rs` maps them to.
 
 use super::*;
 
@@ -34,6 +35,24 @@ pub enum IntegrationResponse<T: ParseFromJSON + ToJSON + Send + Sync> {
         )
     )]
     Unavailable(Json<ErrorBody>),
+}
+
+impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for IntegrationResponse<T> {
+    fn from(err: IntegrationError) -> Self {
+        match IntegrationFailure::from(err) {
+            IntegrationFailure::BadRequest(b) => Self::BadRequest(b),
+            IntegrationFailure::Unauthorized(b) => Self::Unauthorized(b),
+            IntegrationFailure::Forbidden(Json(b)) => Self::Forbidden(Json(Forbidden::Scope(b))),
+            IntegrationFailure::ConnectionLimit(Json(b)) => {
+                Self::Forbidden(Json(Forbidden::Limit(b)))
+            }
+            IntegrationFailure::NotConnected(m) => Self::NotFound(ErrorBody::new(m)),
+            IntegrationFailure::NotFound(b) => Self::NotFound(b),
+            IntegrationFailure::NotSetUp(m) => Self::BadRequest(not_set_up_elsewhere(m)),
+            IntegrationFailure::Unavailable(b) => Self::Unavailable(b),
+            IntegrationFailure::Internal(b) => Self::Internal(b),
+        }
+    }
 }
 
 /// Framework errors (bad JSON, content type, parameters, missing key) in the spec's shapes.
@@ -92,6 +111,25 @@ pub enum DisconnectResponse {
         )
     )]
     Unavailable(Json<ErrorBody>),
+}
+
+/// 404 `{success: false, message}` when the provider is not connected; the rest as the other
+/// integration routes, within the statuses disconnect documents.
+impl From<IntegrationError> for DisconnectResponse {
+    fn from(err: IntegrationError) -> Self {
+        match IntegrationFailure::from(err) {
+            IntegrationFailure::NotConnected(message) => Self::NotConnected(Json(NotConnected {
+                success: false,
+                message,
+            })),
+            IntegrationFailure::Forbidden(b) => Self::Forbidden(b),
+            IntegrationFailure::BadRequest(b) => Self::BadRequest(b),
+            IntegrationFailure::NotSetUp(m) => Self::BadRequest(not_set_up_elsewhere(m)),
+            IntegrationFailure::Unauthorized(b) => Self::Unauthorized(b),
+            IntegrationFailure::Unavailable(b) => Self::Unavailable(b),
+            _ => Self::Internal(ErrorBody::new("internal error")),
+        }
+    }
 }
 
 pub(super) fn disconnect_bad_request(err: poem::Error) -> DisconnectResponse {
