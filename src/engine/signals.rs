@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use super::config::{compile_signal, under};
 use crate::platform::{
-    config_hash, taken_keys, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError,
-    PlatformResult, ResourceRef,
+    config_hash, free_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
+    ResourceRef,
 };
 use crate::validation::Issues;
 use entity::signal::{self, SignalKind};
@@ -148,14 +148,14 @@ pub async fn create(
     validate(&body)?;
     let org = ctx.org().to_string();
     let txn = crate::db::begin_write(db).await?;
-    let existing = taken_keys::<signal::Entity>(
+    let key = free_key::<signal::Entity>(
         &txn,
         &org,
+        &body.name,
         signal::Column::OrganizationId,
         signal::Column::Key,
     )
     .await?;
-    let key = unique_key(&body.name, &existing);
     let content = SignalContent {
         kind: SignalKind::EventMatch,
         name: body.name,

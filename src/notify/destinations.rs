@@ -10,8 +10,8 @@ use sea_orm::{
 use serde_json::{json, Value};
 
 use crate::platform::{
-    config_hash, taken_keys, unique_key, uuid_id, ActionContext, Change, Patch, PlatformError,
-    PlatformResult, ResourceRef,
+    config_hash, free_key, uuid_id, ActionContext, Change, Patch, PlatformError, PlatformResult,
+    ResourceRef,
 };
 use crate::{
     crypto::{mask, SecretBox},
@@ -339,14 +339,14 @@ pub async fn create(
 
     let org = ctx.org().to_string();
     let txn = crate::db::begin_write(db).await?;
-    let existing = taken_keys::<destination::Entity>(
+    let key = free_key::<destination::Entity>(
         &txn,
         &org,
+        &body.name,
         destination::Column::OrganizationId,
         destination::Column::Key,
     )
     .await?;
-    let key = unique_key(&body.name, &existing);
     let content = DestinationContent {
         kind: body.kind,
         name: body.name,

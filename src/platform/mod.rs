@@ -209,6 +209,19 @@ pub async fn taken_keys<E: sea_orm::EntityTrait>(
         .await?)
 }
 
+/// A key for a new resource of `E` named `name` that none of the organization's uses
+/// ([`unique_key`] over [`taken_keys`]), still free when `txn` commits.
+pub async fn free_key<E: sea_orm::EntityTrait>(
+    txn: &sea_orm::DatabaseTransaction,
+    org: &str,
+    name: &str,
+    org_column: E::Column,
+    key_column: E::Column,
+) -> PlatformResult<String> {
+    let taken = taken_keys::<E>(txn, org, org_column, key_column).await?;
+    Ok(unique_key(name, &taken))
+}
+
 /// An optional, nullable input field: left out, sent as `null`, or sent with a value. On
 /// updates, absent keeps the current value and `null` clears it.
 #[derive(Debug, Clone, Default, PartialEq)]
