@@ -35,7 +35,10 @@ pub enum PlatformError {
 impl From<DbErr> for PlatformError {
     fn from(err: DbErr) -> Self {
         if crate::db::is_unavailable(&err) {
-            PlatformError::Unavailable(format!("the database is unavailable, retry: {err}"))
+            // The driver's words stay in the log: they name the pool and the server, which are
+            // the operator's business, not the caller's.
+            tracing::warn!(error = %err, "platform action: the database is unavailable");
+            PlatformError::Unavailable("the database is unavailable, retry".into())
         } else if crate::db::is_nul_character(&err) {
             PlatformError::Validation(vec![ValidationIssue::root(
                 crate::db::NUL_CHARACTER_REFUSED,

@@ -466,6 +466,22 @@ fn check_unavailable(s: &Sample) {
     if !matches!(s.family, "mcp" | "ready") {
         check_schema(s.method, s.route, 503, &s.body);
     }
+    // The driver's words (the pool, the server's messages) stay in the server's log.
+    let text = s.body.to_string().to_lowercase();
+    for internal in [
+        "pool",
+        "sqlx",
+        "connection refused",
+        "error returned from database",
+    ] {
+        assert!(
+            !text.contains(internal),
+            "{} {}: a 503 shows the driver's words: {}",
+            s.method,
+            s.route,
+            s.body
+        );
+    }
 }
 
 async fn count_rows(db: &DatabaseConnection, sql: &str) -> Vec<(String, i64)> {
