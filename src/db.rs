@@ -4,6 +4,7 @@ mod rows_insert;
 mod rows_update;
 mod sqlite_write_txn;
 pub mod statistics;
+pub mod tcp_nodelay;
 
 use std::time::Duration;
 
@@ -95,6 +96,27 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
             .map_sqlx_sqlite_pool_opts(with_busy_handler);
     } else {
         opts.max_connections(20);
+        // Each new connection of the pool turns Nagle's algorithm off on the sockets to the
+        // server (see `tcp_nodelay`). sqlx keeps one hook per pool and sea-orm's (it sets the
+        // schema's search path) would be replaced by this one, so this one sets it too.
+        let port = postgres_port(url);
+        let search_path = schema.map(|s| format!("SET search_path = \"{}\"", s.replace('"', "")));
+        opts.map_sqlx_postgres_pool_opts(move |pool| {
+            let search_path = search_path.clone();
+            pool.after_connect(move |conn, _| {
+                let search_path = search_path.clone();
+                Box::pin(async move {
+                    if let Some(port) = port {
+                        tcp_nodelay::set_towards(port);
+                    }
+                    if let Some(sql) = search_path {
+                        sea_orm::sqlx::Executor::execute(conn, sea_orm::sqlx::AssertSqlSafe(sql))
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+        });
     }
     if let Some(schema) = schema {
         opts.set_schema_search_path(schema.to_string());
@@ -111,6 +133,12 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// The TCP port of a PostgreSQL URL (`None` for a Unix socket's).
+pub fn postgres_port(url: &str) -> Option<u16> {
+    let options: sea_orm::sqlx::postgres::PgConnectOptions = url.parse().ok()?;
+    (!options.get_host().starts_with('/')).then(|| options.get_port())
 }
 
 /// Connections of the background pool on SQLite (the applier, the processor's batches in

@@ -5,15 +5,59 @@ use chrono::{DateTime, Utc};
 
 /// A new row id: a UUID whose leading bits are the current Unix time in milliseconds
 /// (version 7 layout), so new rows land at the end of the primary-key index instead of on a
-/// random page of it; the other 74 bits are random.
+/// random page of it. The other 74 bits start random each millisecond and count up within it,
+/// so the ids one process makes always rise: the events of a batch keep their order by id even
+/// when they share a millisecond (RFC 9562, "monotonic random").
 pub fn time_ordered_id() -> String {
-    let millis = u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default();
-    let random = uuid::Uuid::new_v4();
-    let mut tail = [0u8; 10];
-    tail.copy_from_slice(&random.as_bytes()[6..16]);
-    uuid::Builder::from_unix_timestamp_millis(millis, &tail)
-        .into_uuid()
-        .to_string()
+    let now = u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default();
+    let (millis, counter) = {
+        let mut last = LAST_ID
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *last = next_after(*last, now, fresh_counter);
+        *last
+    };
+    encode(millis, counter).to_string()
+}
+
+/// The 74 bits after the time: random, with the top bit clear so a millisecond can count up
+/// from it 2^73 times before it runs over.
+const COUNTER_BITS: u32 = 74;
+
+/// The last id made by this process: its millisecond and counter.
+static LAST_ID: std::sync::Mutex<(u64, u128)> = std::sync::Mutex::new((0, 0));
+
+fn fresh_counter() -> u128 {
+    let random = u128::from_be_bytes(*uuid::Uuid::new_v4().as_bytes());
+    random & ((1u128 << (COUNTER_BITS - 1)) - 1)
+}
+
+/// The (millisecond, counter) after `last` at `now`: a later millisecond starts a fresh
+/// counter; the same one (or a clock that stepped back) counts up from the last.
+fn next_after(last: (u64, u128), now: u64, fresh: impl Fn() -> u128) -> (u64, u128) {
+    let (millis, counter) = last;
+    if now > millis {
+        return (now, fresh());
+    }
+    let next = counter + 1;
+    if next >> COUNTER_BITS == 0 {
+        (millis, next)
+    } else {
+        (millis + 1, fresh())
+    }
+}
+
+/// A version 7 UUID of `millis` and a 74-bit `counter` (12 bits before the variant, 62 after).
+fn encode(millis: u64, counter: u128) -> uuid::Uuid {
+    let high = ((counter >> 62) & 0xfff) as u16;
+    let low = (counter & ((1u128 << 62) - 1)) as u64;
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    bytes[6] = 0x70 | (high >> 8) as u8;
+    bytes[7] = high as u8;
+    bytes[8] = 0x80 | ((low >> 56) as u8 & 0x3f);
+    bytes[9..].copy_from_slice(&low.to_be_bytes()[1..]);
+    uuid::Uuid::from_bytes(bytes)
 }
 
 /// The smallest [`time_ordered_id`] of an instant: every id made at or after it sorts after.
@@ -22,4 +66,29 @@ pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
     uuid::Builder::from_unix_timestamp_millis(millis, &[0u8; 10])
         .into_uuid()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_of_one_process_rise_within_a_millisecond_and_keep_the_layout() {
+        let ids: Vec<String> = (0..10_000).map(|_| time_ordered_id()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids fell");
+        let parsed = uuid::Uuid::parse_str(&ids[0]).unwrap();
+        assert_eq!(parsed.get_version_num(), 7);
+        assert_eq!(parsed.get_variant(), uuid::Variant::RFC4122);
+        assert!(time_ordered_floor(Utc::now() - chrono::Duration::seconds(1)) < ids[0]);
+    }
+
+    #[test]
+    fn the_counter_carries_into_the_next_millisecond_and_a_clock_going_back_still_rises() {
+        let full = (1u128 << COUNTER_BITS) - 1;
+        assert_eq!(next_after((5, full), 5, || 7), (6, 7));
+        assert_eq!(next_after((5, 1), 3, || 7), (5, 2));
+        assert_eq!(next_after((5, 1), 9, || 7), (9, 7));
+        assert!(encode(5, 2).to_string() < encode(5, 3).to_string());
+        assert!(encode(5, full).to_string() < encode(6, 0).to_string());
+    }
 }

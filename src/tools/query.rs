@@ -507,6 +507,7 @@ mod postgres {
         .map_err(|_| sqlx::Error::PoolTimedOut)
         .and_then(|connected| connected)
         .map_err(connection_error("could not connect as the query role"))?;
+        crate::db::tcp_nodelay::set_towards(options.get_port());
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut conn)
             .await
