@@ -246,30 +246,10 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<Floor> {
     let mut rows = 0usize;
     let mut seq = 50_000_000u64;
     while Instant::now() < deadline {
-        let mut pending = Vec::with_capacity(FLOOR_ROWS_PER_COMMIT);
-        while pending.len() < FLOOR_ROWS_PER_COMMIT {
-            seq += 1;
-            let body = batch_bytes(seq);
-            let t = Instant::now();
-            let (batch, _) = validate::validate_batch(&org, &body, Utc::now())
-                .map_err(|e| anyhow::anyhow!(e.0))?;
-            validating += t.elapsed();
-            batches += 1;
-            for e in batch.events {
-                pending.push((
-                    e.id,
-                    e.message_id,
-                    e.event_type,
-                    e.event_name,
-                    batch.visitor_id.clone(),
-                    e.url,
-                    e.path,
-                    e.occurred_at.to_rfc3339(),
-                    batch.received_at.to_rfc3339(),
-                    e.data.to_string(),
-                ));
-            }
-        }
+        let t = Instant::now();
+        let (pending, made) = floor_rows(&org, &mut seq)?;
+        validating += t.elapsed();
+        batches += made;
         let t = Instant::now();
         let tx = conn.unchecked_transaction()?;
         {
@@ -278,7 +258,17 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<Floor> {
             )?;
             for r in &pending {
                 stmt.execute(rusqlite::params![
-                    r.0, org, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9
+                    r.id,
+                    org,
+                    r.message_id,
+                    r.event_type,
+                    r.event_name,
+                    r.visitor_id,
+                    r.url,
+                    r.path,
+                    r.occurred_at,
+                    r.received_at,
+                    r.data
                 ])?;
             }
         }
@@ -290,6 +280,132 @@ fn floor(dir: &std::path::Path, seconds: u64) -> anyhow::Result<Floor> {
         rows_per_sec: rows as f64 / inserting.as_secs_f64().max(1e-9),
         validate_us: validating.as_secs_f64() * 1e6 / f64::from(batches.max(1)),
     })
+}
+
+/// One row of the floor's table, as the applier would store the event.
+struct FloorRow {
+    id: String,
+    message_id: Option<String>,
+    event_type: String,
+    event_name: Option<String>,
+    visitor_id: Option<String>,
+    url: String,
+    path: String,
+    occurred_at: String,
+    received_at: String,
+    data: String,
+}
+
+/// [`FLOOR_ROWS_PER_COMMIT`] rows (or a few more) of generated batches, parsed and validated as
+/// requests are; answers them and how many batches made them.
+fn floor_rows(org: &str, seq: &mut u64) -> anyhow::Result<(Vec<FloorRow>, u32)> {
+    let mut rows = Vec::with_capacity(FLOOR_ROWS_PER_COMMIT + 100);
+    let mut batches = 0;
+    while rows.len() < FLOOR_ROWS_PER_COMMIT {
+        *seq += 1;
+        let body = batch_bytes(*seq);
+        let (batch, _) =
+            validate::validate_batch(org, &body, Utc::now()).map_err(|e| anyhow::anyhow!(e.0))?;
+        batches += 1;
+        for e in batch.events {
+            rows.push(FloorRow {
+                id: e.id,
+                message_id: e.message_id,
+                event_type: e.event_type.to_string(),
+                event_name: e.event_name,
+                visitor_id: batch.visitor_id.clone(),
+                url: e.url,
+                path: e.path,
+                occurred_at: e.occurred_at.to_rfc3339(),
+                received_at: batch.received_at.to_rfc3339(),
+                data: e.data.to_string(),
+            });
+        }
+    }
+    Ok((rows, batches))
+}
+
+/// PostgreSQL's own floor: the same rows sent with `COPY ... FROM STDIN` (text format) into a
+/// table without any index in the run's schema, [`FLOOR_ROWS_PER_COMMIT`] rows per
+/// transaction, with the server's durability (`synchronous_commit` as configured, on by
+/// default). Only the copies and commits are timed. Answers rows per second.
+async fn postgres_floor(url: &str, schema: &str, seconds: u64) -> anyhow::Result<f64> {
+    use sea_orm::sqlx::{postgres::PgConnectOptions, Connection, Executor, PgConnection};
+    let options: PgConnectOptions = url.parse()?;
+    let mut conn = PgConnection::connect_with(&options).await?;
+    if let Some(port) = db::postgres_port(url) {
+        db::tcp_nodelay::set_towards(port);
+    }
+    let table = format!("{schema}.floor_events");
+    conn.execute(sea_orm::sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {table} (id TEXT, organization_id TEXT, message_id TEXT, event_type TEXT, \
+         event_name TEXT, visitor_id TEXT, user_id TEXT, customer_id TEXT, url TEXT, path TEXT, \
+         occurred_at TIMESTAMPTZ, received_at TIMESTAMPTZ, data JSONB)"
+    )))
+    .await?;
+    let org = uuid::Uuid::new_v4().to_string();
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut copying = Duration::ZERO;
+    let mut rows = 0usize;
+    let mut seq = 60_000_000u64;
+    while Instant::now() < deadline {
+        let (pending, _) = floor_rows(&org, &mut seq)?;
+        let mut text = String::with_capacity(pending.len() * 600);
+        for r in &pending {
+            let fields = [
+                Some(r.id.as_str()),
+                Some(org.as_str()),
+                r.message_id.as_deref(),
+                Some(r.event_type.as_str()),
+                r.event_name.as_deref(),
+                r.visitor_id.as_deref(),
+                None,
+                None,
+                Some(r.url.as_str()),
+                Some(r.path.as_str()),
+                Some(r.occurred_at.as_str()),
+                Some(r.received_at.as_str()),
+                Some(r.data.as_str()),
+            ];
+            for (i, field) in fields.iter().enumerate() {
+                if i > 0 {
+                    text.push('\t');
+                }
+                copy_text_field(&mut text, *field);
+            }
+            text.push('\n');
+        }
+        let t = Instant::now();
+        let mut txn = conn.begin().await?;
+        let mut copy = txn
+            .copy_in_raw(&format!("COPY {table} FROM STDIN (FORMAT text)"))
+            .await?;
+        copy.send(text.into_bytes()).await?;
+        copy.finish().await?;
+        txn.commit().await?;
+        copying += t.elapsed();
+        rows += pending.len();
+    }
+    conn.close().await?;
+    Ok(rows as f64 / copying.as_secs_f64().max(1e-9))
+}
+
+/// A field of `COPY`'s text format: `\N` for NULL; backslash, tab, newline and carriage return
+/// escaped.
+fn copy_text_field(out: &mut String, field: Option<&str>) {
+    let Some(value) = field else {
+        out.push_str("\\N");
+        return;
+    };
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
 }
 
 struct Floor {
@@ -674,20 +790,27 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     let floor_secs = options.seconds.clamp(3, 10);
     let floor_dir = dir.path().to_path_buf();
     let floor = tokio::task::spawn_blocking(move || floor(&floor_dir, floor_secs)).await??;
-    let floor_rate = floor.rows_per_sec;
-    // The floor is measured on a SQLite file whatever the database: on PostgreSQL it says what
-    // this machine's disk and CPU allow, not what PostgreSQL's floor is.
-    let (floor_name, ratio_name) = if schema.is_some() {
-        (
-            "SQLite's physical floor on this machine",
-            "acknowledged / SQLite's floor",
-        )
-    } else {
-        ("physical floor", "acknowledged / floor")
+    let sqlite_floor = floor.rows_per_sec;
+    // The SQLite floor says what this machine's disk and CPU allow; on PostgreSQL the ratio is
+    // to PostgreSQL's own floor, measured in the run's schema.
+    let (floor_rate, ratio_name) = match (&options.database_url, schema.as_deref()) {
+        (Some(url), Some(schema)) => {
+            println!(
+                "SQLite's physical floor on this machine (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, no HTTP): {sqlite_floor:.0} rows/s"
+            );
+            let pg_floor = postgres_floor(url, schema, floor_secs).await?;
+            println!(
+                "PostgreSQL's floor (same rows sent with COPY into a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, the server's durability, no HTTP): {pg_floor:.0} rows/s"
+            );
+            (pg_floor, "acknowledged / PostgreSQL's floor")
+        }
+        _ => {
+            println!(
+                "physical floor (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same page size and durability, no HTTP): {sqlite_floor:.0} rows/s"
+            );
+            (sqlite_floor, "acknowledged / floor")
+        }
     };
-    println!(
-        "{floor_name} (same rows appended to a table without any index, {FLOOR_ROWS_PER_COMMIT} rows per commit, same page size and durability, no HTTP): {floor_rate:.0} rows/s"
-    );
     println!(
         "parsing and validating one generated 100-event batch: {:.1} us of one thread",
         floor.validate_us
