@@ -174,8 +174,16 @@ crate::db_test!(
         app.db.clone().close().await.expect("close the pool");
         let bearer = format!("Bearer {}", org.api_key);
         let ingest = format!("/api/i/v1/{}/events", org.public_key);
+        // (method, route as described, path, body)
         let calls = [
             ("GET", "/api/automations", None),
+            (
+                "POST",
+                "/api/signals",
+                Some(json!({"kind": "EVENT_MATCH", "name": "Down", "definition": {
+                    "grain": "user", "subjectResolver": "email", "eventNames": ["x"],
+                    "propertyConditions": [], "conditionMode": "ALL"}})),
+            ),
             ("GET", "/api/tools", None),
             (
                 "POST",
@@ -197,6 +205,7 @@ crate::db_test!(
             ),
             ("GET", "/readyz", None),
         ];
+        let mut answers = serde_json::Map::new();
         for (method, path, body) in calls {
             let mut req = app
                 .client
@@ -219,6 +228,22 @@ crate::db_test!(
                 retry_after.is_some(),
                 "{method} {path}: a 503 without Retry-After"
             );
+            let route = if path == ingest {
+                "/api/i/v1/{publicKey}/events"
+            } else {
+                path
+            };
+            if !matches!(route, "/mcp" | "/readyz") {
+                crate::helpers::check_schema(method, route, 503, &body);
+            }
+            answers.insert(
+                format!("{method} {route}"),
+                json!({
+                    "retryAfter": retry_after.and_then(|v| v.to_str().ok().map(str::to_string)),
+                    "body": body,
+                }),
+            );
         }
+        crate::snap!("database_outage_503_bodies", Value::Object(answers));
     }
 );
