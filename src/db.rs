@@ -241,6 +241,10 @@ fn install_busy_handler(db: std::ptr::NonNull<libsqlite3_sys::sqlite3>) {
     }
 }
 
+/// What a caller is told when the database could not be reached (503, retryable): the
+/// driver's own words stay in the log.
+pub const UNAVAILABLE_MESSAGE: &str = "the database is unavailable, retry";
+
 /// Whether a database error means the database could not be reached (no connection, pool
 /// exhausted or closed, a connection lost in the middle of a statement, a server shutting down
 /// or starting up) rather than a fault of the request: every route answers those 503,

@@ -136,7 +136,7 @@ impl IntegrationError {
 impl From<DbErr> for IntegrationError {
     fn from(err: DbErr) -> Self {
         if crate::db::is_unavailable(&err) {
-            IntegrationError::Unavailable("the database is unavailable, retry".into())
+            IntegrationError::Unavailable(crate::db::UNAVAILABLE_MESSAGE.into())
         } else if crate::db::is_nul_character(&err) {
             IntegrationError::BadRequest {
                 message: crate::db::NUL_CHARACTER_REFUSED.into(),

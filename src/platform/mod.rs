@@ -38,7 +38,7 @@ impl From<DbErr> for PlatformError {
             // The driver's words stay in the log: they name the pool and the server, which are
             // the operator's business, not the caller's.
             tracing::warn!(error = %err, "platform action: the database is unavailable");
-            PlatformError::Unavailable("the database is unavailable, retry".into())
+            PlatformError::Unavailable(crate::db::UNAVAILABLE_MESSAGE.into())
         } else if crate::db::is_nul_character(&err) {
             PlatformError::Validation(vec![ValidationIssue::root(
                 crate::db::NUL_CHARACTER_REFUSED,

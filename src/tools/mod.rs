@@ -76,7 +76,7 @@ pub enum ToolError {
 impl From<sea_orm::DbErr> for ToolError {
     fn from(err: sea_orm::DbErr) -> Self {
         if crate::db::is_unavailable(&err) {
-            ToolError::Unavailable("the database is unavailable, retry".into())
+            ToolError::Unavailable(crate::db::UNAVAILABLE_MESSAGE.into())
         } else if crate::db::is_nul_character(&err) {
             ToolError::Invalid(vec![ValidationIssue::root(
                 crate::db::NUL_CHARACTER_REFUSED,

@@ -390,7 +390,7 @@ mod postgres {
     fn connection_error(context: &str) -> impl Fn(sqlx::Error) -> ToolError + '_ {
         move |e| {
             if crate::db::is_unavailable_sqlx(&e) {
-                ToolError::Unavailable("the database is unavailable, retry".into())
+                ToolError::Unavailable(crate::db::UNAVAILABLE_MESSAGE.into())
             } else {
                 ToolError::Internal(format!("{context}: {e}"))
             }

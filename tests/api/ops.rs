@@ -180,9 +180,11 @@ crate::db_test!(
             (
                 "POST",
                 "/api/signals",
-                Some(json!({"kind": "EVENT_MATCH", "name": "Down", "definition": {
+                Some(
+                    json!({"kind": "EVENT_MATCH", "name": "Down", "definition": {
                     "grain": "user", "subjectResolver": "email", "eventNames": ["x"],
-                    "propertyConditions": [], "conditionMode": "ALL"}})),
+                    "propertyConditions": [], "conditionMode": "ALL"}}),
+                ),
             ),
             ("GET", "/api/tools", None),
             (

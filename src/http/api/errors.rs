@@ -194,21 +194,16 @@ pub fn mcp_unauthorized(message: &str) -> Response {
         .into_response()
 }
 
-/// `/mcp`'s key check failed.
+/// `/mcp`'s key check failed: as [`KeyRefusal`] decides, in `/mcp`'s plain `{error}` shape.
 pub fn mcp_auth_error(err: AuthError) -> Response {
-    match err {
-        AuthError::Internal(e) if crate::db::is_unavailable(&e) => {
-            PoemJson(json!({ "error": KEY_CHECK_UNAVAILABLE }))
-                .with_status(StatusCode::SERVICE_UNAVAILABLE)
-                .into_response()
-        }
-        AuthError::Internal(e) => {
-            tracing::error!("key check failed: {e}");
-            PoemJson(json!({ "error": "internal error" }))
-                .with_status(StatusCode::INTERNAL_SERVER_ERROR)
-                .into_response()
-        }
-        other => mcp_unauthorized(&other.to_string()),
+    match KeyRefusal::from(err) {
+        KeyRefusal::Invalid(message) => mcp_unauthorized(&message),
+        KeyRefusal::Unavailable(Json(body)) => PoemJson(json!({ "error": body.error }))
+            .with_status(StatusCode::SERVICE_UNAVAILABLE)
+            .into_response(),
+        KeyRefusal::Internal(_) => PoemJson(json!({ "error": "internal error" }))
+            .with_status(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response(),
     }
 }
 
@@ -243,7 +238,7 @@ pub enum IntegrationFailure {
     NotConnected(String),
     NotFound(Json<ErrorBody>),
     /// 409 on the Stripe webhook before its signing secret is stored; 400 on the other routes.
-    NotSetUp(String),
+    NotSetUp(Json<ErrorBody>),
     /// 503: a provider's API or the database cannot be reached.
     Unavailable(Json<ErrorBody>),
     /// 500, logged here; the body says no more than "internal error".
@@ -282,7 +277,7 @@ impl From<IntegrationError> for IntegrationFailure {
             })),
             IntegrationError::NotConnected(m) => Self::NotConnected(m),
             IntegrationError::NotFound(m) => Self::NotFound(ErrorBody::new(m)),
-            IntegrationError::NotSetUp(m) => Self::NotSetUp(m),
+            IntegrationError::NotSetUp(m) => Self::NotSetUp(ErrorBody::new(m)),
             IntegrationError::Upstream(m) | IntegrationError::Unavailable(m) => {
                 Self::Unavailable(ErrorBody::new(m))
             }
@@ -292,11 +287,6 @@ impl From<IntegrationError> for IntegrationFailure {
             }
         }
     }
-}
-
-/// The body of a 400 for an integration error that only the Stripe webhook meets as itself.
-pub fn not_set_up_elsewhere(message: String) -> Json<ErrorBody> {
-    bad_request_body(message, vec![])
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ impl From<IntegrationError> for WebhookResponse {
             IntegrationFailure::BadRequest(b) => Self::BadRequest(b),
             IntegrationFailure::NotFound(b) => Self::NotFound(b),
             IntegrationFailure::NotConnected(m) => Self::NotFound(ErrorBody::new(m)),
-            IntegrationFailure::NotSetUp(m) => Self::NotSetUp(ErrorBody::new(m)),
+            IntegrationFailure::NotSetUp(b) => Self::NotSetUp(b),
             IntegrationFailure::Unavailable(b) => Self::Unavailable(b),
             IntegrationFailure::Internal(b) => Self::Internal(b),
             // A webhook carries no API key: a key's refusal here is a fault of the service.

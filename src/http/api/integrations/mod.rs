@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    errors::{not_set_up_elsewhere, IntegrationFailure, PlanConnectionLimit},
+    errors::{IntegrationFailure, PlanConnectionLimit},
     ApiTags, AppState,
 };
 use crate::{

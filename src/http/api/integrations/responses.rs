@@ -48,7 +48,7 @@ impl<T: ParseFromJSON + ToJSON + Send + Sync> From<IntegrationError> for Integra
             }
             IntegrationFailure::NotConnected(m) => Self::NotFound(ErrorBody::new(m)),
             IntegrationFailure::NotFound(b) => Self::NotFound(b),
-            IntegrationFailure::NotSetUp(m) => Self::BadRequest(not_set_up_elsewhere(m)),
+            IntegrationFailure::NotSetUp(b) => Self::BadRequest(b),
             IntegrationFailure::Unavailable(b) => Self::Unavailable(b),
             IntegrationFailure::Internal(b) => Self::Internal(b),
         }
@@ -124,7 +124,7 @@ impl From<IntegrationError> for DisconnectResponse {
             })),
             IntegrationFailure::Forbidden(b) => Self::Forbidden(b),
             IntegrationFailure::BadRequest(b) => Self::BadRequest(b),
-            IntegrationFailure::NotSetUp(m) => Self::BadRequest(not_set_up_elsewhere(m)),
+            IntegrationFailure::NotSetUp(b) => Self::BadRequest(b),
             IntegrationFailure::Unauthorized(b) => Self::Unauthorized(b),
             IntegrationFailure::Unavailable(b) => Self::Unavailable(b),
             _ => Self::Internal(ErrorBody::new("internal error")),
