@@ -55,7 +55,7 @@ impl Drop for Background {
 /// Raises the calling thread's nice value to [`NICE`]; threads it starts inherit it (on Linux
 /// the nice value belongs to the thread). Raising it needs no privilege; where it fails the
 /// thread keeps the normal priority, which is only slower under load.
-fn lower_this_threads_priority() {
+pub fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: plain system calls on the calling thread's own id.

@@ -98,6 +98,9 @@ enum BenchCommand {
     /// automations with a webhook destination by default): ingest's peak with and without the
     /// automations, and acknowledgement-to-delivery latency at 10,000 events/s with 5% matching.
     Automations(custintel::ops::bench_automations::AutomationsBenchArgs),
+    /// The SQLite messageId window alone, filled to 100 million messages by default: checks/s,
+    /// its memory as it fills, repeats and new messages when full, and the time to reopen it.
+    Window(custintel::ops::bench_window::WindowBenchArgs),
     /// How fast SQLite alone takes rows into the events table on this machine (no HTTP, no
     /// identity effects), with and without the messageId dedup index.
     SqliteFloor {
@@ -285,6 +288,9 @@ async fn run_bench(command: BenchCommand, database_url: &str) -> anyhow::Result<
         BenchCommand::Tools(args) => custintel::ops::bench::tools(args).await,
         BenchCommand::Import(args) => custintel::ops::bench_import::run(args).await,
         BenchCommand::Automations(args) => custintel::ops::bench_automations::run(args).await,
+        BenchCommand::Window(args) => {
+            tokio::task::spawn_blocking(move || custintel::ops::bench_window::run(args)).await?
+        }
         BenchCommand::SqliteFloor {
             rows,
             rows_per_commit,

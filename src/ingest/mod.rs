@@ -14,6 +14,7 @@ pub mod sensitive;
 pub mod stats;
 pub mod store;
 pub mod validate;
+pub mod window;
 pub mod writer;
 
 use std::{

@@ -11,9 +11,9 @@ use sea_orm::{DatabaseConnection, DbBackend, DbErr};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    dedup::{self, MemoryWindow},
-    journal,
+    dedup, journal,
     validate::{AcceptedEvent, Batch},
+    window::{self, LocalWindow},
 };
 
 /// Batches that may wait for the writer before senders wait too (backpressure).
@@ -83,7 +83,7 @@ impl Pending {
 /// How repeats are found: in memory on SQLite (one serving process per file), in the shared
 /// `ingest_message_ids` table on PostgreSQL (every instance sees every claim).
 enum Repeats {
-    Memory(MemoryWindow),
+    Memory(LocalWindow),
     Shared(Duration),
 }
 
@@ -112,20 +112,23 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
         _ => {
             // Requests wait (in the queue) until the window is rebuilt: a repeat of a batch
             // acknowledged before a restart must still be recognised.
-            let mut memory = MemoryWindow::new(window);
-            loop {
-                match memory.load(&db, &journal).await {
-                    Ok(()) => break,
+            let memory = loop {
+                let loaded = match window::for_database(&db, window).await {
+                    Ok(mut memory) => memory.load(&db, &journal).await.map(|()| memory),
+                    Err(e) => Err(e),
+                };
+                match loaded {
+                    Ok(memory) => break memory,
                     Err(e) => {
                         tracing::error!(error = %e, "could not rebuild the messageId window; retrying");
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(5));
-                        memory = MemoryWindow::new(window);
                     }
                 }
-            }
+            };
             tracing::info!(
                 messages = memory.len(),
+                runs = memory.run_count(),
                 bytes = memory.memory_bytes(),
                 "messageId window loaded"
             );
@@ -149,6 +152,21 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
         // A request that is gone (its client hung up) is told nothing: its events are not
         // written, so a retry of it cannot store them twice.
         jobs.retain(|job| !job.reply.is_closed());
+        if let Repeats::Memory(_) = &repeats {
+            // A batch that waited too long is refused (the client retries): the window's
+            // replay at start relies on every acknowledged batch having arrived shortly
+            // before it was recorded.
+            let oldest = Utc::now() - window::MAX_QUEUE_WAIT;
+            let (stale, fresh): (Vec<Job>, Vec<Job>) = jobs
+                .into_iter()
+                .partition(|job| job.batch.received_at < oldest);
+            jobs = fresh;
+            for job in stale {
+                let _ = job.reply.send(Err(WriteError::Unavailable(
+                    "the batch waited too long for the writer".into(),
+                )));
+            }
+        }
         if jobs.is_empty() {
             continue;
         }

@@ -9,6 +9,7 @@ pub mod bench_automations;
 pub mod bench_import;
 pub mod bench_ingest;
 pub mod bench_sqlite_floor;
+pub mod bench_window;
 pub mod cli;
 pub mod demo;
 /// `custintel import` reads the domain's import (kept at this path for the operations' callers).
