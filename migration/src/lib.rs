@@ -23,6 +23,7 @@ mod m20261126_040000_revenue_keys_indexes;
 mod m20261126_050000_record_totals_revenue;
 mod m20261127_010000_customer_name_trigrams;
 mod m20261127_020000_postgres_activity_revenue_keys;
+mod m20261127_030000_postgres_journal_text;
 
 pub struct Migrator;
 
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_050000_record_totals_revenue::Migration),
             Box::new(m20261127_010000_customer_name_trigrams::Migration),
             Box::new(m20261127_020000_postgres_activity_revenue_keys::Migration),
+            Box::new(m20261127_030000_postgres_journal_text::Migration),
         ]
     }
 }

@@ -133,8 +133,8 @@ impl Journal {
         // batches, which the applier keeps few.
         let sql = match backend {
             DbBackend::Postgres => {
-                "SELECT batch::text FROM ingest_journal AS j WHERE j.organization_id = ? \
-                 AND j.batch -> 'events' @> jsonb_build_array(jsonb_build_object('id', ?::text)) \
+                "SELECT batch FROM ingest_journal AS j WHERE j.organization_id = ? \
+                 AND j.batch::jsonb -> 'events' @> jsonb_build_array(jsonb_build_object('id', ?::text)) \
                  ORDER BY j.seq LIMIT 1"
             }
             _ => {
@@ -331,11 +331,7 @@ pub async fn append_encoded<C: ConnectionTrait>(
     rows: &[(&Batch, &str)],
 ) -> Result<(), DbErr> {
     let backend = conn.get_database_backend();
-    // PostgreSQL keeps the batch as jsonb (the events view expands it there); the text is cast.
-    let json_param = match backend {
-        DbBackend::Postgres => "CAST(? AS jsonb)",
-        _ => "?",
-    };
+
     let rows: Vec<&(&Batch, &str)> = rows.iter().filter(|(b, _)| !b.events.is_empty()).collect();
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let mut sql = String::from(
@@ -346,9 +342,7 @@ pub async fn append_encoded<C: ConnectionTrait>(
             if i > 0 {
                 sql.push(',');
             }
-            sql.push_str("(?, ?, ?, ");
-            sql.push_str(json_param);
-            sql.push(')');
+            sql.push_str("(?, ?, ?, ?)");
             values.push(batch.organization_id.clone().into());
             values.push(batch.received_at.into());
             values.push(i32::try_from(batch.events.len()).unwrap_or(i32::MAX).into());
@@ -378,18 +372,12 @@ pub async fn read_after<C: ConnectionTrait>(
     limit: u64,
 ) -> Result<Vec<JournalEntry>, DbErr> {
     let backend = conn.get_database_backend();
-    let batch = match backend {
-        DbBackend::Postgres => "batch::text",
-        _ => "batch",
-    };
     let rows = conn
         .query_all_raw(Statement::from_sql_and_values(
             backend,
             crate::db::placeholders(
                 backend,
-                &format!(
-                    "SELECT seq, {batch} FROM ingest_journal WHERE seq > ? ORDER BY seq LIMIT ?"
-                ),
+                "SELECT seq, batch FROM ingest_journal WHERE seq > ? ORDER BY seq LIMIT ?",
             ),
             [
                 after.into(),

@@ -439,13 +439,14 @@ impl View {
             };
             sql.push_str(&format!(
                 " UNION ALL SELECT {} FROM {}.ingest_journal AS j \
-                 CROSS JOIN LATERAL jsonb_array_elements(j.batch -> 'events') AS e(value) \
+                 CROSS JOIN LATERAL (SELECT j.batch::jsonb AS batch) AS jb \
+                 CROSS JOIN LATERAL jsonb_array_elements(jb.batch -> 'events') AS e(value) \
                  WHERE j.organization_id = {org}",
                 pending_events_select(|field| match field {
                     Pending::Event("data") => "(e.value -> 'data')::text".to_string(),
                     Pending::Event(path) => format!("(e.value ->> '{path}')"),
                     Pending::EventTime(path) => utc(format!("(e.value ->> '{path}')::timestamptz")),
-                    Pending::Batch(path) => format!("(j.batch ->> '{path}')"),
+                    Pending::Batch(path) => format!("(jb.batch ->> '{path}')"),
                     Pending::ReceivedAt => utc("j.received_at".to_string()),
                     Pending::Unresolved => "NULL::text".to_string(),
                 }),
