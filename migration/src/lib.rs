@@ -24,6 +24,7 @@ mod m20261126_050000_record_totals_revenue;
 mod m20261127_010000_customer_name_trigrams;
 mod m20261127_020000_postgres_activity_revenue_keys;
 mod m20261127_030000_postgres_journal_text;
+mod m20261127_040000_postgres_message_keys;
 
 pub struct Migrator;
 
@@ -54,6 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_010000_customer_name_trigrams::Migration),
             Box::new(m20261127_020000_postgres_activity_revenue_keys::Migration),
             Box::new(m20261127_030000_postgres_journal_text::Migration),
+            Box::new(m20261127_040000_postgres_message_keys::Migration),
         ]
     }
 }

@@ -3,15 +3,13 @@
 //!
 //! SQLite (one serving process per file): 128-bit hashes of (organization, messageId) in a
 //! window of bounded memory (`super::window`), without a random-key index on the acknowledging
-//! path. PostgreSQL
-//! (several instances): the `ingest_message_ids` table, claimed with `ON CONFLICT` in the
+//! path. PostgreSQL (several instances): the `ingest_message_keys` table, claimed with `ON CONFLICT` in the
 //! acknowledging transaction, so a repeat is dropped whichever instance it reaches.
 
 use std::{collections::HashSet, hash::Hasher, time::Duration};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
-use serde_json::Value;
 
 /// Default window.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -69,6 +67,17 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// PostgreSQL: a message's claim key, 16 bytes of SHA-256 of (organization, 0xFF, messageId),
+/// in hex (the migration that introduced the keys computes the same bytes in SQL).
+pub fn shared_key(organization_id: &str, message_id: &str) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(organization_id.as_bytes());
+    h.update([0xff]);
+    h.update(message_id.as_bytes());
+    hex::encode(&h.finalize()[..16])
+}
+
 /// PostgreSQL: claims messages in the caller's transaction and answers those that are new
 /// (never seen, or first seen before the window). A concurrent instance's claim of the same
 /// message waits for that transaction and then counts as a repeat.
@@ -83,32 +92,35 @@ pub async fn claim_shared<C: ConnectionTrait>(
     if messages.is_empty() {
         return Ok(fresh);
     }
-    // The whole group's claims travel as one JSON parameter that the server unpacks: one short
-    // statement whatever the count. (A multi-row VALUES list with three parameters a row cost
-    // 35-60 ms per thousand rows here, mostly planning; this is what made PostgreSQL's
-    // acknowledgements slow.) A statement may not touch one row twice: the caller passes
-    // distinct messages.
-    let claims: Vec<Value> = messages
+    // The whole group's keys travel as one text parameter that the server splits: one short
+    // statement whatever the count (a multi-row VALUES list cost 35-60 ms per thousand rows,
+    // mostly planning). Keys in one order in every instance, so two groups that share messages
+    // wait for each other instead of deadlocking. A statement may not touch one row twice: the
+    // caller passes distinct messages.
+    let mut keyed: Vec<(String, &(String, String))> = messages
         .iter()
-        .map(|(org, msg)| serde_json::json!({"o": org, "m": msg}))
+        .map(|m| (shared_key(&m.0, &m.1), m))
         .collect();
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let keys: Vec<&str> = keyed.iter().map(|(k, _)| k.as_str()).collect();
     let rows = conn
         .query_all_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "INSERT INTO ingest_message_ids (organization_id, message_id, first_seen_at) \
-             SELECT c.o, c.m, $2 FROM json_to_recordset($1::json) AS c(o text, m text) \
-             ON CONFLICT (organization_id, message_id) DO UPDATE SET first_seen_at = \
-             EXCLUDED.first_seen_at WHERE ingest_message_ids.first_seen_at <= $3 \
-             RETURNING organization_id, message_id",
-            [
-                Value::Array(claims).to_string().into(),
-                now.into(),
-                cutoff.into(),
-            ],
+            "INSERT INTO ingest_message_keys (key, first_seen_at) \
+             SELECT decode(k, 'hex'), $2 FROM unnest(string_to_array($1, ',')) AS k \
+             ON CONFLICT (key) DO UPDATE SET first_seen_at = EXCLUDED.first_seen_at \
+             WHERE ingest_message_keys.first_seen_at <= $3 \
+             RETURNING encode(key, 'hex')",
+            [keys.join(",").into(), now.into(), cutoff.into()],
         ))
         .await?;
+    let by_key: std::collections::HashMap<&str, &(String, String)> =
+        keyed.iter().map(|(k, m)| (k.as_str(), *m)).collect();
     for row in rows {
-        fresh.insert((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
+        let key: String = row.try_get_by_index(0)?;
+        if let Some(message) = by_key.get(key.as_str()) {
+            fresh.insert((*message).clone());
+        }
     }
     Ok(fresh)
 }
@@ -123,7 +135,7 @@ pub async fn expire_shared<C: ConnectionTrait>(
     let done = conn
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "DELETE FROM ingest_message_ids WHERE first_seen_at <= $1",
+            "DELETE FROM ingest_message_keys WHERE first_seen_at <= $1",
             [cutoff.into()],
         ))
         .await?;

@@ -81,7 +81,7 @@ impl Pending {
 }
 
 /// How repeats are found: in memory on SQLite (one serving process per file), in the shared
-/// `ingest_message_ids` table on PostgreSQL (every instance sees every claim).
+/// `ingest_message_keys` table on PostgreSQL (every instance sees every claim).
 enum Repeats {
     Memory(LocalWindow),
     Shared(Duration),

@@ -1,6 +1,7 @@
 //! The ingest journal in a file of its own (SQLite): batches an earlier version left in the
 //! main file are moved in, rows the applied mark covers are neither applied again nor shown
-//! twice, and two appliers racing for the same batches apply them once.
+//! twice, and two appliers racing for the same batches apply them once. On PostgreSQL, the
+//! `messageId` window's claim keys are those its migration computed.
 
 use custintel::engine::evaluate::RulesCache;
 use custintel::ingest::{
@@ -262,4 +263,29 @@ async fn a_repeat_set_aside_in_a_failed_group_is_written_when_its_first_copy_fai
         text.contains("\"shared\"") && text.contains("\"b1\""),
         "{text}"
     );
+}
+
+/// PostgreSQL: the claim keys the service computes are the bytes the migration computed in SQL
+/// for the claims it carried over, so a repeat of a message claimed before the upgrade is
+/// still found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_keys_match_the_migrations_sql() {
+    let Some((db, _tmp)) = crate::helpers::fresh_db(crate::helpers::Backend::Postgres).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    for (org, message) in [("org-1", "m-1"), ("9b2c", "ünïcode ✓"), ("", "x")] {
+        let row = db
+            .query_one_raw(sea_orm::Statement::from_sql_and_values(
+                sea_orm::DbBackend::Postgres,
+                "SELECT encode(substring(sha256(convert_to($1, 'UTF8') || '\\xff'::bytea \
+                 || convert_to($2, 'UTF8')) FROM 1 FOR 16), 'hex')",
+                [org.into(), message.into()],
+            ))
+            .await
+            .expect("query")
+            .expect("row");
+        let in_sql: String = row.try_get_by_index(0).expect("key");
+        assert_eq!(in_sql, custintel::ingest::dedup::shared_key(org, message));
+    }
 }
