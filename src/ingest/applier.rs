@@ -4,9 +4,10 @@
 //! own, move the applied mark past them): after a crash every acknowledged batch is applied
 //! exactly once.
 //!
-//! Every serving instance runs one. On PostgreSQL one instance applies at a time (a
-//! transaction-scoped advisory lock per schema), so several instances never apply one
-//! organization's batches out of order; a killed instance's lock goes with its connection.
+//! Every serving instance runs one. On PostgreSQL each transaction applies one organization's
+//! oldest batches under a transaction-scoped advisory lock keyed by the schema and the
+//! organization (a lease): instances apply different organizations at once, and never one
+//! organization's batches out of order; a killed instance's lease goes with its connection.
 
 use std::time::Duration;
 
@@ -294,10 +295,14 @@ async fn apply_in_database(
         return Ok(None);
     }
     let txn = ApplyTxn::begin(db).await?;
-    if txn.get_database_backend() == DbBackend::Postgres && !applier_lock(&txn).await? {
-        return Ok(None);
-    }
-    let mut entries = journal::oldest(&txn, BATCHES_PER_APPLY).await?;
+    let mut entries = if txn.get_database_backend() == DbBackend::Postgres {
+        let Some(organization_id) = lease_an_organization(&txn).await? else {
+            return Ok(None);
+        };
+        journal::oldest_of(&txn, &organization_id, BATCHES_PER_APPLY).await?
+    } else {
+        journal::oldest(&txn, BATCHES_PER_APPLY).await?
+    };
     if entries.is_empty() {
         return Ok(None);
     }
@@ -362,17 +367,41 @@ async fn apply_from_own_file(
     Ok(Some((entries, runs_created)))
 }
 
-/// PostgreSQL: the applier's lock for this schema, held until the transaction ends; false when
-/// another instance holds it.
-async fn applier_lock<C: ConnectionTrait>(conn: &C) -> Result<bool, DbErr> {
-    let row = conn
-        .query_one_raw(Statement::from_string(
+/// Organizations whose batches wait, oldest first, that a transaction tries to lease.
+const LEASE_CANDIDATES: i64 = 16;
+
+/// PostgreSQL: leases the organization with the oldest waiting batch that no other applier
+/// holds, until the transaction ends; `None` when every waiting organization is being applied,
+/// or when the schema's applier lock is held exclusively (which stops every applier: an
+/// applier holds it shared).
+async fn lease_an_organization<C: ConnectionTrait>(conn: &C) -> Result<Option<String>, DbErr> {
+    let candidates = conn
+        .query_all_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '.ingest_applier'))",
+            "WITH gate AS (SELECT pg_try_advisory_xact_lock_shared(hashtext(current_schema() \
+             || '.ingest_applier')) AS open) \
+             SELECT organization_id FROM ingest_journal, gate WHERE gate.open \
+             GROUP BY organization_id ORDER BY min(seq) LIMIT $1",
+            [LEASE_CANDIDATES.into()],
         ))
         .await?;
-    Ok(match row {
-        Some(r) => r.try_get_by_index::<bool>(0)?,
-        None => false,
-    })
+    for row in candidates {
+        let organization_id: String = row.try_get_by_index(0)?;
+        // One lock at a time: a filter in the query above could take several.
+        let leased = conn
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || \
+                 '.ingest_applier'), hashtext($1))",
+                [organization_id.clone().into()],
+            ))
+            .await?
+            .map(|r| r.try_get_by_index::<bool>(0))
+            .transpose()?
+            .unwrap_or(false);
+        if leased {
+            return Ok(Some(organization_id));
+        }
+    }
+    Ok(None)
 }

@@ -364,6 +364,26 @@ pub async fn oldest<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<Jour
     read_after(conn, 0, limit).await
 }
 
+/// PostgreSQL: the oldest rows of one organization, at most `limit` (read in the applier's
+/// transaction, under its lease of the organization).
+pub async fn oldest_of<C: ConnectionTrait>(
+    conn: &C,
+    organization_id: &str,
+    limit: u64,
+) -> Result<Vec<JournalEntry>, DbErr> {
+    let rows = conn
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT seq, batch FROM ingest_journal WHERE organization_id = $1 ORDER BY seq LIMIT $2",
+            [
+                organization_id.into(),
+                i64::try_from(limit).unwrap_or(i64::MAX).into(),
+            ],
+        ))
+        .await?;
+    entries_of(rows)
+}
+
 /// Rows after `after`, oldest first, at most `limit` (on an own-file journal, `after` is the
 /// applied mark).
 pub async fn read_after<C: ConnectionTrait>(
@@ -385,6 +405,10 @@ pub async fn read_after<C: ConnectionTrait>(
             ],
         ))
         .await?;
+    entries_of(rows)
+}
+
+fn entries_of(rows: Vec<sea_orm::QueryResult>) -> Result<Vec<JournalEntry>, DbErr> {
     let mut entries = Vec::with_capacity(rows.len());
     for row in rows {
         let seq: i64 = row.try_get_by_index(0)?;

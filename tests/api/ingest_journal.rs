@@ -289,3 +289,90 @@ async fn claim_keys_match_the_migrations_sql() {
         assert_eq!(in_sql, custintel::ingest::dedup::shared_key(org, message));
     }
 }
+
+/// PostgreSQL: an applier leases one organization at a time. While another transaction holds
+/// the lease of the organization with the oldest batches, an applier applies the next
+/// organization's; the first one's wait for its lease, in order. While the schema's applier
+/// lock is held exclusively, nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appliers_lease_organizations_one_at_a_time() {
+    use sea_orm::TransactionTrait;
+    let Some(app) = crate::helpers::spawn(crate::helpers::Backend::Postgres).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let db = app.db.clone();
+    let first = create_org(&db, "Leased First Co").await;
+    let second = create_org(&db, "Leased Second Co").await;
+    let journal = Journal::of(&db).await.expect("journal");
+    let batches = [
+        batch_of(&first, &["f1"]),
+        batch_of(&second, &["s1"]),
+        batch_of(&first, &["f2"]),
+        batch_of(&second, &["s2"]),
+    ];
+    let refs: Vec<&Batch> = batches.iter().collect();
+    // Journal them before the server's applier can take them: hold every applier meanwhile.
+    let held = app.hold_applier().await;
+    journal::append(&db, &refs).await.expect("append");
+    let mut rules = RulesCache::default();
+    let stopped = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        apply_next(&journal, &mut rules),
+    )
+    .await
+    .expect("no wait");
+    assert_eq!(
+        stopped.expect("apply"),
+        None,
+        "the schema's lock stops every applier"
+    );
+    drop(held);
+
+    // The first organization's lease is taken elsewhere: the second's batches are applied.
+    let lease = db.begin().await.expect("transaction");
+    lease
+        .execute_unprepared(&format!(
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.ingest_applier'), \
+             hashtext('{first}'))"
+        ))
+        .await
+        .expect("lease");
+    let stored = |org: String| {
+        let db = db.clone();
+        async move {
+            db.query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT message_id FROM events WHERE organization_id = $1 ORDER BY id",
+                [org.into()],
+            ))
+            .await
+            .expect("events")
+            .iter()
+            .map(|r| r.try_get_by_index::<String>(0).expect("message id"))
+            .collect::<Vec<_>>()
+        }
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while stored(second.clone()).await.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "second organization not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(stored(second.clone()).await, ["s1", "s2"]);
+    assert!(
+        stored(first.clone()).await.is_empty(),
+        "the leased organization waits"
+    );
+    drop(lease);
+    while stored(first.clone()).await.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "first organization not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(stored(first).await, ["f1", "f2"]);
+}
