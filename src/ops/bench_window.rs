@@ -23,9 +23,14 @@ pub struct WindowBenchArgs {
     /// Messages checked per group (between sweeps), as the writer's groups.
     #[arg(long, default_value_t = 2_000)]
     pub group: u64,
-    /// Where the window's runs are written (a temporary directory by default).
+    /// Where the window's runs are written (a temporary directory by default; a given one is
+    /// kept).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Only open the window whose runs an earlier run left in `--dir`, as `serve` does at
+    /// start, and report the time and memory it took in this fresh process.
+    #[arg(long, requires = "dir")]
+    pub reopen: bool,
 }
 
 const WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -57,6 +62,20 @@ pub fn run(args: WindowBenchArgs) -> anyhow::Result<()> {
         .dir
         .clone()
         .unwrap_or_else(|| temporary.path().join("window"));
+    if args.reopen {
+        let rss_start = rss_anon();
+        let t = Instant::now();
+        let window = LocalWindow::open(&dir, "bench", WINDOW)?;
+        println!(
+            "opened in {:.1} s: {} messages, {} runs; window {:.1} MiB; the process's own memory grew {:.1} MiB",
+            t.elapsed().as_secs_f64(),
+            window.len(),
+            window.run_count(),
+            mib(window.memory_bytes() as u64),
+            mib(rss_anon().saturating_sub(rss_start))
+        );
+        return Ok(());
+    }
     let n = args.messages.max(1);
     let group = args.group.max(1);
     println!(
@@ -120,15 +139,17 @@ pub fn run(args: WindowBenchArgs) -> anyhow::Result<()> {
     let memory = window.memory_bytes();
     drop(window);
 
+    let rss_closed = rss_anon();
     let t = Instant::now();
     let reopened = LocalWindow::open(&dir, "bench", WINDOW)?;
     println!(
-        "reopened in {:.1} s: {} messages, {} runs, window {:.1} MiB (was {:.1} MiB)",
+        "reopened in {:.1} s: {} messages, {} runs, window {:.1} MiB (was {:.1} MiB); the process's own memory grew {:.1} MiB in opening it",
         t.elapsed().as_secs_f64(),
         reopened.len(),
         reopened.run_count(),
         mib(reopened.memory_bytes() as u64),
-        mib(memory as u64)
+        mib(memory as u64),
+        mib(rss_anon().saturating_sub(rss_closed))
     );
     let on_disk: u64 = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok()?.metadata().ok())
