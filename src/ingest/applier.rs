@@ -291,7 +291,7 @@ async fn apply_in_database(
     after: &mut dyn AfterApply,
 ) -> Result<Option<(Vec<JournalEntry>, usize)>, DbErr> {
     // A read without the write lock first: an idle journal costs no lock.
-    if journal::oldest(db, 1).await?.is_empty() {
+    if !journal::has_rows(db).await? {
         return Ok(None);
     }
     let txn = ApplyTxn::begin(db).await?;

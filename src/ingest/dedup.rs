@@ -3,10 +3,11 @@
 //!
 //! SQLite (one serving process per file): 128-bit hashes of (organization, messageId) in a
 //! window of bounded memory (`super::window`), without a random-key index on the acknowledging
-//! path. PostgreSQL (several instances): the `ingest_message_keys` table, claimed with `ON CONFLICT` in the
-//! acknowledging transaction, so a repeat is dropped whichever instance it reaches.
+//! path. PostgreSQL (several instances): the `ingest_message_keys` table, claimed with `ON
+//! CONFLICT` in the acknowledging transaction, so a repeat is dropped whichever instance it
+//! reaches.
 
-use std::{collections::HashSet, hash::Hasher, time::Duration};
+use std::{collections::HashSet, time::Duration};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
@@ -47,24 +48,6 @@ pub fn message_key(organization_id: &str, message_id: &str) -> MessageKey {
     h.update(message_id.as_bytes());
     let v = h.digest128();
     ((v >> 64) as u64, v as u64)
-}
-
-/// The keys are already uniformly distributed hashes: use their bits as the table hash.
-#[derive(Default)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 ^= n;
-    }
 }
 
 /// PostgreSQL: a message's claim key, 16 bytes of SHA-256 of (organization, 0xFF, messageId),

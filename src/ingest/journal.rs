@@ -331,7 +331,6 @@ pub async fn append_encoded<C: ConnectionTrait>(
     rows: &[(&Batch, &str)],
 ) -> Result<(), DbErr> {
     let backend = conn.get_database_backend();
-
     let rows: Vec<&(&Batch, &str)> = rows.iter().filter(|(b, _)| !b.events.is_empty()).collect();
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let mut sql = String::from(
@@ -362,6 +361,17 @@ pub async fn append_encoded<C: ConnectionTrait>(
 /// most `limit` of them (read in the applier's transaction).
 pub async fn oldest<C: ConnectionTrait>(conn: &C, limit: u64) -> Result<Vec<JournalEntry>, DbErr> {
     read_after(conn, 0, limit).await
+}
+
+/// Whether a journal kept in the database holds any row (read without its batches).
+pub async fn has_rows<C: ConnectionTrait>(conn: &C) -> Result<bool, DbErr> {
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT 1 FROM ingest_journal LIMIT 1",
+        ))
+        .await?;
+    Ok(row.is_some())
 }
 
 /// PostgreSQL: the oldest rows of one organization, at most `limit` (read in the applier's

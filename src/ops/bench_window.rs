@@ -63,18 +63,7 @@ pub fn run(args: WindowBenchArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| temporary.path().join("window"));
     if args.reopen {
-        let rss_start = rss_anon();
-        let t = Instant::now();
-        let window = LocalWindow::open(&dir, "bench", WINDOW)?;
-        println!(
-            "opened in {:.1} s: {} messages, {} runs; window {:.1} MiB; the process's own memory grew {:.1} MiB",
-            t.elapsed().as_secs_f64(),
-            window.len(),
-            window.run_count(),
-            mib(window.memory_bytes() as u64),
-            mib(rss_anon().saturating_sub(rss_start))
-        );
-        return Ok(());
+        return open_and_report(&dir, "opened");
     }
     let n = args.messages.max(1);
     let group = args.group.max(1);
@@ -136,25 +125,32 @@ pub fn run(args: WindowBenchArgs) -> anyhow::Result<()> {
     println!(
         "full window: a repeat found in {repeat_us:.1} us (exact keys read from memory or disk), a new message in {new_us:.2} us"
     );
-    let memory = window.memory_bytes();
-    drop(window);
-
-    let rss_closed = rss_anon();
-    let t = Instant::now();
-    let reopened = LocalWindow::open(&dir, "bench", WINDOW)?;
     println!(
-        "reopened in {:.1} s: {} messages, {} runs, window {:.1} MiB (was {:.1} MiB); the process's own memory grew {:.1} MiB in opening it",
-        t.elapsed().as_secs_f64(),
-        reopened.len(),
-        reopened.run_count(),
-        mib(reopened.memory_bytes() as u64),
-        mib(memory as u64),
-        mib(rss_anon().saturating_sub(rss_closed))
+        "window before closing: {:.1} MiB",
+        mib(window.memory_bytes() as u64)
     );
+    drop(window);
+    open_and_report(&dir, "reopened")?;
     let on_disk: u64 = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok()?.metadata().ok())
         .map(|m| m.len())
         .sum();
     println!("runs on disk: {:.1} MiB", mib(on_disk));
+    Ok(())
+}
+
+/// Opens the window in `dir` and prints how long that took and what it holds.
+fn open_and_report(dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    let rss_start = rss_anon();
+    let t = Instant::now();
+    let window = LocalWindow::open(dir, "bench", WINDOW)?;
+    println!(
+        "{what} in {:.1} s: {} messages, {} runs; window {:.1} MiB; the process's own memory grew {:.1} MiB",
+        t.elapsed().as_secs_f64(),
+        window.len(),
+        window.run_count(),
+        mib(window.memory_bytes() as u64),
+        mib(rss_anon().saturating_sub(rss_start))
+    );
     Ok(())
 }

@@ -166,8 +166,15 @@ impl Default for Fingerprints {
 
 impl Fingerprints {
     pub fn new() -> Self {
+        Self::for_keys(0)
+    }
+
+    /// Tables sized for about `keys` keys in all, spread evenly by the keys' hashes (a table
+    /// built for n keys is 85% full with them and takes a few percent more).
+    pub fn for_keys(keys: usize) -> Self {
+        let size = (keys / SHARDS).max(64);
         Self {
-            tables: (0..SHARDS).map(|_| Table::for_keys(64)).collect(),
+            tables: (0..SHARDS).map(|_| Table::for_keys(size)).collect(),
         }
     }
 

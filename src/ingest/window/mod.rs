@@ -27,7 +27,7 @@ use std::{
     cmp::Reverse,
     collections::{hash_map::Entry, HashMap},
     fs::File,
-    hash::BuildHasherDefault,
+    hash::{BuildHasherDefault, Hasher},
     io,
     path::{Path, PathBuf},
     sync::{mpsc, Arc},
@@ -41,13 +41,15 @@ use self::{
     fingerprints::{shard_of, Fingerprints, SHARDS},
     runs::KeyRun,
 };
-use super::dedup::{message_key, KeyHasher, MessageKey};
+use super::dedup::{message_key, MessageKey};
 
 /// Recent keys sealed into a run at a time.
 pub const SEAL_KEYS: usize = 400_000;
 /// The longest a batch may wait for the writer before it is refused (not acknowledged, so the
 /// client retries): the bound that makes a restart's replay complete.
 pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(10);
+/// How much larger than its keys a shard's fingerprints are rebuilt when they are full.
+const ROOM_TO_GROW: f64 = 1.0 / 6.0;
 /// Seals waiting to be written before the writer waits for one.
 const MAX_SEALING: usize = 2;
 /// How long before the newest seal the replay at start begins.
@@ -58,6 +60,24 @@ const MERGE_PARTS: i64 = 16;
 const MERGE_RUNS: usize = 4;
 /// How long one pass over the recent keys' tables takes, dropping those that left the window.
 const SWEEP_PASS: chrono::Duration = chrono::Duration::minutes(1);
+
+/// The keys are already uniformly distributed hashes: use their bits as the table hash.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
 
 type KeyMap = HashMap<MessageKey, u32, BuildHasherDefault<KeyHasher>>;
 
@@ -73,6 +93,16 @@ struct Seal {
     keys: Arc<Vec<KeyMap>>,
     /// Writing it failed: tried again at the next sweep after this.
     retry_after: Option<DateTime<Utc>>,
+}
+
+impl Seal {
+    fn write_task(&self) -> Task {
+        Task::Write {
+            number: self.number,
+            sealed_at: self.sealed_at,
+            keys: self.keys.clone(),
+        }
+    }
 }
 
 enum Task {
@@ -166,7 +196,6 @@ pub struct LocalWindow {
     store: Option<Store>,
     /// Keys recorded since the last seal, by shard, with their first-seen second.
     recent: Vec<KeyMap>,
-    recent_len: usize,
     seal_keys: usize,
     /// Seals not yet written as runs, oldest first.
     sealing: Vec<Seal>,
@@ -190,7 +219,6 @@ impl LocalWindow {
             window,
             store: None,
             recent: (0..SHARDS).map(|_| KeyMap::default()).collect(),
-            recent_len: 0,
             seal_keys: SEAL_KEYS,
             sealing: Vec::new(),
             runs: Vec::new(),
@@ -223,28 +251,18 @@ impl LocalWindow {
         let same_database =
             std::fs::read_to_string(&identity_file).is_ok_and(|stored| stored == identity);
         let expired = second(Utc::now() - w.window);
-        let mut found = Vec::new();
+        // Runs by the seals they cover; files that are not this database's runs go.
+        let mut named: Vec<(u64, u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
             let name = path
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
-            let covers = runs::parse_file_name(name);
-            if covers.is_none() && name != "database" || covers.is_some() && !same_database {
-                std::fs::remove_file(&path)?;
-                continue;
-            }
-            if covers.is_none() {
-                continue;
-            }
-            match KeyRun::open(&path) {
-                Ok(run) if run.header.newest > expired => found.push(run),
-                Ok(_) => std::fs::remove_file(&path)?,
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "a messageId window run could not be read; its keys are read from the stored events instead");
-                    std::fs::remove_file(&path)?;
-                }
+            match runs::parse_file_name(name) {
+                Some((first, last)) if same_database => named.push((first, last, path)),
+                None if name == "database" => {}
+                _ => std::fs::remove_file(&path)?,
             }
         }
         if !same_database {
@@ -252,16 +270,40 @@ impl LocalWindow {
             File::open(dir)?.sync_all()?;
         }
         // A merge that stopped before removing its inputs leaves runs that another covers.
-        found.sort_by_key(|r| (r.header.first_seal, Reverse(r.header.last_seal)));
-        let mut kept: Vec<KeyRun> = Vec::new();
-        for run in found {
-            match kept.last() {
-                Some(last) if run.header.last_seal <= last.header.last_seal => {
-                    std::fs::remove_file(run.path())?;
-                }
-                _ => kept.push(run),
+        named.sort_by_key(|(first, last, _)| (*first, Reverse(*last)));
+        let mut covering: Vec<(u64, u64, PathBuf)> = Vec::new();
+        for run in named {
+            match covering.last() {
+                Some((_, until, _)) if run.1 <= *until => std::fs::remove_file(&run.2)?,
+                _ => covering.push(run),
             }
         }
+        // The fingerprints are filled as the runs are read (once, for their checksums): sized
+        // for every record up front; a shard that still overflows is rebuilt after.
+        let records: u64 = covering
+            .iter()
+            .map(|(_, _, path)| std::fs::metadata(path).map_or(0, |m| runs::records_in(m.len())))
+            .sum();
+        let mut fingerprints = Fingerprints::for_keys(records as usize);
+        let mut overflowed = vec![false; SHARDS];
+        let mut kept: Vec<KeyRun> = Vec::new();
+        for (_, _, path) in &covering {
+            let opened = KeyRun::open_reading(path, |key, first_seen| {
+                let shard = shard_of(key);
+                if first_seen > expired && !overflowed[shard] && !fingerprints.insert(key) {
+                    overflowed[shard] = true;
+                }
+            });
+            match opened {
+                Ok(run) if run.header.newest > expired => kept.push(run),
+                Ok(_) => std::fs::remove_file(path)?,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "a messageId window run could not be read; its keys are read from the stored events instead");
+                    std::fs::remove_file(path)?;
+                }
+            }
+        }
+        w.fingerprints = fingerprints;
         // Keys recorded after the newest run of an unbroken chain are replayed; a missing run
         // (its write failed) breaks the chain where it is.
         let mut complete_until: Option<u32> = None;
@@ -283,8 +325,8 @@ impl LocalWindow {
             .max()
             .unwrap_or(1);
         w.runs = kept.into_iter().map(Arc::new).collect();
-        for shard in 0..SHARDS {
-            w.rebuild_shard(shard, 0);
+        for (shard, _) in overflowed.iter().enumerate().filter(|(_, o)| **o) {
+            w.rebuild_shard(shard, 0.0);
         }
         w.store = Some(Store::start(dir.to_path_buf())?);
         Ok(w)
@@ -391,30 +433,20 @@ impl LocalWindow {
                 slot.insert(second);
             }
         }
-        self.recent_len += 1;
         if !self.fingerprints.insert(&key) {
-            let room = self.shard_len_estimate(shard);
-            self.rebuild_shard(shard, room + room / 6);
+            self.rebuild_shard(shard, ROOM_TO_GROW);
         }
     }
 
-    fn shard_len_estimate(&self, shard: usize) -> usize {
-        self.recent[shard].len()
-            + self
-                .sealing
-                .iter()
-                .map(|s| s.keys[shard].len())
-                .sum::<usize>()
-            + self
-                .runs
-                .iter()
-                .map(|r| (r.header.count as usize) / SHARDS)
-                .sum::<usize>()
+    /// Recent keys, not yet sealed.
+    fn recent_len(&self) -> usize {
+        self.recent.iter().map(HashMap::len).sum()
     }
 
     /// Builds a shard's fingerprints again from its keys: every recent one (the sweep removes
-    /// their fingerprints one by one as they leave), and the sealed ones still in the window.
-    fn rebuild_shard(&mut self, shard: usize, room: usize) {
+    /// their fingerprints one by one as they leave), and the sealed ones still in the window;
+    /// sized for that many and `grow` times more.
+    fn rebuild_shard(&mut self, shard: usize, grow: f64) {
         let expired = second(Utc::now() - self.window);
         let mut keys: Vec<MessageKey> = self.recent[shard].keys().copied().collect();
         for seal in &self.sealing {
@@ -427,11 +459,12 @@ impl LocalWindow {
         }
         for run in &self.runs {
             if let Err(e) = run.shard_keys(shard, expired, &mut keys) {
-                // Without its keys the run's repeats would pass as new; keep it
-                // findable by deleting nothing and saying so.
+                // The run's keys in this shard lose their fingerprints: their repeats would
+                // be stored again.
                 tracing::error!(path = %run.path().display(), error = %e, "could not read a messageId window run to rebuild its fingerprints");
             }
         }
+        let room = keys.len() + (keys.len() as f64 * grow) as usize;
         self.fingerprints.rebuild(shard, &keys, room);
     }
 
@@ -440,7 +473,6 @@ impl LocalWindow {
     pub fn forget(&mut self, keys: &[MessageKey]) {
         for key in keys {
             if self.recent[shard_of(key)].remove(key).is_some() {
-                self.recent_len -= 1;
                 self.fingerprints.remove(key);
             }
         }
@@ -465,14 +497,10 @@ impl LocalWindow {
             for seal in &mut self.sealing {
                 if seal.retry_after.is_some_and(|t| t <= now) {
                     seal.retry_after = None;
-                    let _ = store.seals.send(Task::Write {
-                        number: seal.number,
-                        sealed_at: seal.sealed_at,
-                        keys: seal.keys.clone(),
-                    });
+                    let _ = store.seals.send(seal.write_task());
                 }
             }
-            if self.recent_len >= self.seal_keys {
+            if self.recent_len() >= self.seal_keys {
                 let keys = std::mem::replace(
                     &mut self.recent,
                     (0..SHARDS).map(|_| KeyMap::default()).collect(),
@@ -484,12 +512,7 @@ impl LocalWindow {
                     retry_after: None,
                 };
                 self.next_seal += 1;
-                self.recent_len = 0;
-                let _ = store.seals.send(Task::Write {
-                    number: seal.number,
-                    sealed_at: seal.sealed_at,
-                    keys: seal.keys.clone(),
-                });
+                let _ = store.seals.send(seal.write_task());
                 self.sealing.push(seal);
             }
             let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.runs)
@@ -535,10 +558,7 @@ impl LocalWindow {
             match done {
                 Done::Written(number, Ok(run)) => {
                     self.sealing.retain(|s| s.number != number);
-                    let at = self
-                        .runs
-                        .partition_point(|r| r.header.first_seal < run.header.first_seal);
-                    self.runs.insert(at, Arc::new(run));
+                    insert_run(&mut self.runs, run);
                 }
                 Done::Written(number, Err(e)) => {
                     tracing::error!(error = %e, dir = %store.dir.display(), "could not write a messageId window run; its keys stay in memory and it is tried again");
@@ -553,10 +573,7 @@ impl LocalWindow {
                     for input in &inputs {
                         remove_run(input);
                     }
-                    let at = self
-                        .runs
-                        .partition_point(|r| r.header.first_seal < run.header.first_seal);
-                    self.runs.insert(at, Arc::new(run));
+                    insert_run(&mut self.runs, run);
                 }
                 Done::Merged(_, Err(e)) => {
                     self.merging = false;
@@ -595,7 +612,6 @@ impl LocalWindow {
         }
         for shard in self.next_to_sweep..due {
             let table = &mut self.recent[shard];
-            let before = table.len();
             let fingerprints = &mut self.fingerprints;
             table.retain(|key, first| {
                 let keep = *first > expired;
@@ -604,7 +620,6 @@ impl LocalWindow {
                 }
                 keep
             });
-            self.recent_len -= before - table.len();
             if table.len() < table.capacity() / 4 {
                 table.shrink_to_fit();
             }
@@ -668,6 +683,12 @@ impl LocalWindow {
         }
         Ok(())
     }
+}
+
+/// Adds a run where seal order puts it.
+fn insert_run(runs: &mut Vec<Arc<KeyRun>>, run: KeyRun) {
+    let at = runs.partition_point(|r| r.header.first_seal < run.header.first_seal);
+    runs.insert(at, Arc::new(run));
 }
 
 fn remove_run(run: &KeyRun) {

@@ -100,6 +100,11 @@ pub fn file_name(first: u64, last: u64) -> String {
     format!("{first:020}-{last:020}.run")
 }
 
+/// The records a run's file of `bytes` holds (0 for a file too short to be one).
+pub fn records_in(bytes: u64) -> u64 {
+    bytes.saturating_sub(HEADER + FOOTER) / RECORD
+}
+
 /// The seals a run's file name says it covers.
 pub fn parse_file_name(name: &str) -> Option<(u64, u64)> {
     let (first, last) = name.strip_suffix(".run")?.split_once('-')?;
@@ -136,6 +141,12 @@ impl KeyRun {
 
     /// Opens a run, reading it whole to check its checksum and build its index.
     pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_reading(path, |_, _| {})
+    }
+
+    /// Opens a run as [`open`](Self::open) does, handing each record to `each` as it is read
+    /// (before the checksum is known to match).
+    pub fn open_reading(path: &Path, mut each: impl FnMut(&MessageKey, u32)) -> io::Result<Self> {
         let file = File::open(path)?;
         let mut head = [0u8; HEADER as usize];
         file.read_exact_at(&mut head, 0)?;
@@ -152,9 +163,11 @@ impl KeyRun {
         for i in 0..header.count {
             reader.read_exact(&mut record)?;
             hasher.update(&record);
+            let (key, first_seen) = decode_record(&record);
             if i % INDEX_EVERY == 0 {
-                index.push(decode_record(&record).0);
+                index.push(key);
             }
+            each(&key, first_seen);
         }
         hasher.update(&head);
         let mut footer = [0u8; FOOTER as usize];
