@@ -45,9 +45,11 @@ pub async fn authenticate(db: &DatabaseConnection, key: &str) -> Result<AuthCont
         return Err(AuthError::Malformed);
     }
     let hash = ApiKeyHash::of(key);
+    // Every request passes here: read on a read connection (on SQLite, no thread hand-off).
+    let reads = crate::db::Reads::open(db).await?;
     let row = entity::api_key::Entity::find()
         .filter(entity::api_key::Column::KeyHash.eq(hash.0))
-        .one(db)
+        .one(&reads)
         .await?
         .ok_or(AuthError::Unknown)?;
     if row.disabled {

@@ -1,5 +1,6 @@
 //! Database connection: SQLite by default (WAL), PostgreSQL by `DATABASE_URL`.
 
+mod reads;
 mod rows_insert;
 mod rows_update;
 mod sqlite_write_txn;
@@ -15,6 +16,7 @@ use sea_orm::{
     DbErr, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 
+pub use reads::Reads;
 pub use rows_insert::RowsInsert;
 pub use rows_update::RowsUpdate;
 pub use sqlite_write_txn::SqliteWriteTxn;

@@ -128,10 +128,7 @@ async fn converse(
     deadline: Instant,
 ) -> Result<String, String> {
     let config = runtime.config();
-    let ctx = ToolContext {
-        state: runtime.state.clone(),
-        organization_id: agent.organization_id.clone(),
-    };
+    let ctx = ToolContext::new(runtime.state.clone(), agent.organization_id.clone());
     let context = serde_json::to_string_pretty(&request.context).unwrap_or_default();
     let mut messages = vec![
         ChatMessage::system(system_prompt(agent, toolbox)),
@@ -248,8 +245,10 @@ async fn handle_call(
                     return json!({ "error": e }).to_string();
                 }
             };
+            // A context of its own: reads it makes hold a connection for this action only.
+            let action_ctx = ctx.clone();
             let scope = ActionScope {
-                ctx,
+                ctx: &action_ctx,
                 run_id: &run.id,
                 agent_id: &agent.id,
                 agent_name: &agent.display_name,

@@ -309,10 +309,7 @@ async fn find_subject(
     match Grain::parse(grain) {
         Some(Grain::Customer) => {
             // The tools' lookup: id, then domain, then externalId.
-            let ctx = ToolContext {
-                state: state.clone(),
-                organization_id: org.to_string(),
-            };
+            let ctx = ToolContext::new(state.clone(), org.to_string());
             let c = resolve_customer(&ctx, key).await.map_err(|e| match e {
                 ToolError::Unavailable(m) => PlatformError::Unavailable(m),
                 ToolError::Internal(m) => PlatformError::Internal(m),

@@ -284,10 +284,7 @@ pub async fn customer_context(state: &AppState, org: &str, customer_id: Option<&
     let Some(id) = customer_id else {
         return Value::Null;
     };
-    let ctx = ToolContext {
-        state: state.clone(),
-        organization_id: org.to_string(),
-    };
+    let ctx = ToolContext::new(state.clone(), org.to_string());
     let input = get_customer::Input {
         customer: id.to_string(),
         include: Some(vec![

@@ -78,10 +78,7 @@ impl ServerHandler for McpServer {
             .and_then(|parts| parts.extensions.get::<McpCaller>())
             .cloned()
             .ok_or_else(|| ErrorData::internal_error("request without a caller", None))?;
-        let ctx = ToolContext {
-            state: self.state.clone(),
-            organization_id: caller.organization_id,
-        };
+        let ctx = ToolContext::new(self.state.clone(), caller.organization_id);
         let input = request.arguments.map(Value::Object);
         let result = match tools::call(ctx, &request.name, input).await {
             Ok(value) => CallToolResult::structured(value),

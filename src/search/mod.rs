@@ -748,8 +748,8 @@ pub fn round_score(score: f32) -> f64 {
 
 /// Loads the rows behind `hits`, keeping the hits' order and dropping any that vanished from
 /// the database (or moved to another organization) since they were indexed.
-pub async fn load_hits(
-    db: &DatabaseConnection,
+pub async fn load_hits<C: sea_orm::ConnectionTrait>(
+    db: &C,
     organization_id: &str,
     hits: &[Hit],
 ) -> Result<Vec<(Hit, Artifact)>, sea_orm::DbErr> {

@@ -13,7 +13,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::{Expr, ExprTrait, NullOrdering, SimpleExpr},
-    ColumnTrait, Condition, DatabaseConnection, DbBackend, DbErr, EntityTrait, IdenStatic, Order,
+    ColumnTrait, Condition, ConnectionTrait, DbBackend, DbErr, EntityTrait, IdenStatic, Order,
     QueryFilter, QueryOrder, QuerySelect,
 };
 
@@ -97,7 +97,7 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let backend = db.get_database_backend();
     // A condition within the range, and the two ranges of a split list: that minus its
     // never-active rows, and those.
@@ -199,7 +199,7 @@ fn never_active<E: EntityTrait>(backend: DbBackend, activity: E::Column) -> Simp
 /// `last_activity_at < ? OR last_activity_at IS NULL` would walk every recently active row
 /// first.
 async fn split_page<E>(
-    db: &DatabaseConnection,
+    db: &crate::db::Reads,
     req: &ListRequest,
     active: &Condition,
     never: Option<&Condition>,

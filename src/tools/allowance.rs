@@ -12,7 +12,9 @@
 use std::{collections::HashMap, path::PathBuf, sync::OnceLock};
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, Statement};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, EntityTrait, QuerySelect, Statement,
+};
 
 use super::{ToolError, ToolResult};
 
@@ -36,10 +38,15 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
 /// Counts one call, or refuses it with 402 when the cycle's allowance is used up. The
 /// conditional increment is one statement, so concurrent calls (also from several instances
 /// on one PostgreSQL database) never push the count past the limit.
-pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResult<()> {
+pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
+    use entity::organization::Column;
+    let (db, organization_id) = (&ctx.state.db, ctx.organization_id.as_str());
     let usage = usage_db(db).await?;
     let org = entity::organization::Entity::find_by_id(organization_id.to_string())
-        .one(db)
+        .select_only()
+        .columns([Column::Plan, Column::ApiCallLimit])
+        .into_model::<Plan>()
+        .one(ctx.db().await?)
         .await?
         .ok_or_else(|| ToolError::Internal("the key's organization no longer exists".into()))?;
     let now = Utc::now();
@@ -71,6 +78,13 @@ pub async fn consume(db: &DatabaseConnection, organization_id: &str) -> ToolResu
             reset_at: next_cycle_start_ms(now),
         })
     }
+}
+
+/// What the allowance needs of the organization.
+#[derive(sea_orm::FromQueryResult)]
+struct Plan {
+    plan: String,
+    api_call_limit: Option<i64>,
 }
 
 /// The usage file of a SQLite database file.

@@ -41,21 +41,21 @@ pub async fn resolve_customer(ctx: &ToolContext, customer: &str) -> ToolResult<c
     };
     if let Some(found) = scoped()
         .filter(customer::Column::Id.eq(wanted))
-        .one(&ctx.state.db)
+        .one(ctx.db().await?)
         .await?
     {
         return Ok(found);
     }
     if let Some(found) = scoped()
         .filter(customer::Column::Domain.eq(wanted.to_lowercase()))
-        .one(&ctx.state.db)
+        .one(ctx.db().await?)
         .await?
     {
         return Ok(found);
     }
     if let Some(found) = scoped()
         .filter(customer::Column::ExternalId.eq(wanted))
-        .one(&ctx.state.db)
+        .one(ctx.db().await?)
         .await?
     {
         return Ok(found);
@@ -529,8 +529,8 @@ pub async fn rare_trait_candidates(
     only_filter: bool,
 ) -> ToolResult<TraitLookup> {
     use sea_orm::Statement;
-    let db = &ctx.state.db;
-    let backend = db.get_database_backend();
+    let db = ctx.db().await?;
+    let backend = sea_orm::ConnectionTrait::get_database_backend(db);
     let pairs: Vec<(&String, &Value)> = traits.iter().flat_map(|m| m.iter()).collect();
     // One trait value as the list's only filter takes its total from the index: count it up
     // to where totals stop being exact.

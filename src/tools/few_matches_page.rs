@@ -21,6 +21,12 @@ use super::{
 /// A page's sort key: last activity (`None`: never active) and id.
 type SortKey = (Option<DateTime<Utc>>, String);
 
+#[derive(sea_orm::FromQueryResult)]
+struct KeyRow {
+    at: Option<DateTime<Utc>>,
+    id: String,
+}
+
 /// `a` before `b` in `last_activity_at DESC NULLS LAST, id DESC`.
 fn list_order(a: &SortKey, b: &SortKey) -> Ordering {
     let by_time = match (&a.0, &b.0) {
@@ -51,16 +57,20 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let keys = async {
+        // Read by column name: a read connection's rows are not positional (see db::Reads).
         let mut keys: Vec<SortKey> = E::find()
             .select_only()
-            .column(activity)
-            .column(id)
+            .column_as(activity, "at")
+            .column_as(id, "id")
             .filter(served.clone())
-            .into_tuple()
+            .into_model::<KeyRow>()
             .all(db)
-            .await?;
+            .await?
+            .into_iter()
+            .map(|k| (k.at, k.id))
+            .collect();
         keys.sort_by(list_order);
         Ok::<_, sea_orm::DbErr>(keys)
     };

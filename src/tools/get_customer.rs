@@ -74,7 +74,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let c = resolve_customer(ctx, &input.customer).await?;
     let mut out = records::customer(&c);
     let include = input.include.unwrap_or_default();
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let org = &ctx.organization_id;
     let obj = out
         .as_object_mut()
@@ -176,7 +176,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
 /// A section's first `limit` rows in the order `order` gives, and how many rows `matching`
 /// selects in all, read at once.
 async fn first_and_total<E>(
-    db: &sea_orm::DatabaseConnection,
+    db: &crate::db::Reads,
     matching: sea_orm::Select<E>,
     limit: u64,
     order: impl FnOnce(sea_orm::Select<E>) -> sea_orm::Select<E>,

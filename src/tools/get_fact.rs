@@ -23,7 +23,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let found = Entity::find()
         .filter(Column::OrganizationId.eq(&ctx.organization_id))
         .filter(Column::Id.eq(input.fact_id.trim()))
-        .one(&ctx.state.db)
+        .one(ctx.db().await?)
         .await?
         .ok_or_else(|| ToolError::NotFound(format!("no fact `{}`", input.fact_id.trim())))?;
     Ok(records::fact(&found))

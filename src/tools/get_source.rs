@@ -39,7 +39,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .filter(Column::OrganizationId.eq(&ctx.organization_id))
         .filter(Column::SourceType.eq(source_type))
         .filter(Column::SourceId.eq(source_id))
-        .one(&ctx.state.db)
+        .one(ctx.db().await?)
         .await?
         .ok_or_else(|| ToolError::NotFound(format!("no {source_type} source `{source_id}`")))?;
     Ok(records::source(&found))

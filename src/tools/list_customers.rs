@@ -101,7 +101,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let narrow_revenue = match (&rare_trait, &revenue) {
         (None, Some(revenue)) => {
             let matches = count_up_to(
-                &ctx.state.db,
+                ctx.db().await?,
                 Entity::find().filter(filter.clone().add(revenue.indexed())),
                 FEW_MATCHES + 1,
             )

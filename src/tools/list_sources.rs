@@ -58,7 +58,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let found = resolve_customer(ctx, customer).await?;
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let total = req
         .total(|| count_capped(db, Entity::find().filter(filter.clone())))
         .await?;

@@ -70,7 +70,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let total = req
         .total(|| count_capped(db, Entity::find().filter(filter.clone())))
         .await?;

@@ -41,6 +41,42 @@ pub struct ToolContext {
     pub state: AppState,
     /// Every query a tool makes is confined to this organization.
     pub organization_id: String,
+    reads: CallReads,
+}
+
+impl ToolContext {
+    pub fn new(state: AppState, organization_id: impl Into<String>) -> Self {
+        Self {
+            state,
+            organization_id: organization_id.into(),
+            reads: CallReads::default(),
+        }
+    }
+
+    /// The connection this call reads through, opened on its first read and held until the
+    /// context is dropped (see [`crate::db::Reads`]). Writes go through `state.db`.
+    pub async fn db(&self) -> Result<&crate::db::Reads, sea_orm::DbErr> {
+        self.reads
+            .0
+            .get_or_try_init(|| crate::db::Reads::open(&self.state.db))
+            .await
+    }
+}
+
+/// A call's read connection; a cloned context (another call) opens its own.
+#[derive(Default)]
+struct CallReads(tokio::sync::OnceCell<crate::db::Reads>);
+
+impl Clone for CallReads {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for CallReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallReads")
+    }
 }
 
 /// Why a tool call failed; the gateway maps each to the spec's HTTP body.
@@ -121,7 +157,7 @@ pub async fn call(ctx: ToolContext, name: &str, input: Option<Value>) -> ToolRes
         }
     };
     registered.validate(&input).map_err(ToolError::Invalid)?;
-    allowance::consume(&ctx.state.db, &ctx.organization_id).await?;
+    allowance::consume(&ctx).await?;
     (registered.tool.run)(ctx, input).await
 }
 

@@ -22,8 +22,8 @@ pub struct KeptTotal {
 }
 
 /// The organization's kept total.
-pub async fn read(
-    db: &DatabaseConnection,
+pub async fn read<C: ConnectionTrait>(
+    db: &C,
     organization_id: &str,
     kept: &KeptTotal,
 ) -> Result<u64, DbErr> {

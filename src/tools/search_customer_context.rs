@@ -143,7 +143,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .search(&query, &filter, top_k)
         .map_err(|e| ToolError::Internal(format!("search failed: {e}")))?;
     let words = index.analyze(&query);
-    let rows = load_hits(&ctx.state.db, &ctx.organization_id, &hits).await?;
+    let rows = load_hits(ctx.db().await?, &ctx.organization_id, &hits).await?;
     let results: Vec<Value> = rows
         .into_iter()
         .map(|(hit, artifact)| {

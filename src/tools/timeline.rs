@@ -129,7 +129,7 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
 
 /// Entries in the whole window, counted up to the exact-count limit over all channels.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let mut total = CappedCount(0);
     if w.channels.product {
         total
@@ -164,7 +164,7 @@ struct CappedCount(u64);
 impl CappedCount {
     async fn add<E: EntityTrait>(
         &mut self,
-        db: &sea_orm::DatabaseConnection,
+        db: &crate::db::Reads,
         select: sea_orm::Select<E>,
     ) -> Result<(), sea_orm::DbErr> {
         let left = (EXACT_TOTAL_LIMIT + 1).saturating_sub(self.0);
@@ -184,7 +184,7 @@ pub async fn read(
     n: u64,
     newest_first: bool,
 ) -> ToolResult<Vec<Entry>> {
-    let db = &ctx.state.db;
+    let db = ctx.db().await?;
     let order = if newest_first {
         Order::Desc
     } else {

@@ -1077,10 +1077,7 @@ async fn journaled_events_fill_every_view_column() {
         custintel::ingest::journal::append(&state.db, &[&batch])
             .await
             .expect("journal");
-        let ctx = |org: &str| custintel::tools::ToolContext {
-            state: state.clone(),
-            organization_id: org.to_string(),
-        };
+        let ctx = |org: &str| custintel::tools::ToolContext::new(state.clone(), org.to_string());
         let sql = "SELECT id, message_id, type, event_name, visitor_id, user_id, customer_id, \
                    url, path, occurred_at, received_at, data FROM events";
         let answer = custintel::tools::call(

@@ -34,10 +34,7 @@ fn batch(org: &str, message_id: &str) -> Batch {
 
 async fn events_in_view(state: &custintel::state::AppState, org: &str) -> Value {
     let answer = custintel::tools::call(
-        custintel::tools::ToolContext {
-            state: state.clone(),
-            organization_id: org.to_string(),
-        },
+        custintel::tools::ToolContext::new(state.clone(), org.to_string()),
         "svc_query",
         Some(json!({"sql": "SELECT count(*) FROM events"})),
     )

@@ -25,6 +25,7 @@ mod ops;
 mod outage;
 mod platform;
 mod query_plans;
+mod reads;
 mod search_query;
 mod tools;
 mod tracker;

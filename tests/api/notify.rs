@@ -41,10 +41,7 @@ async fn webhook(
 }
 
 fn ctx(app: &TestApp, org: &str) -> ToolContext {
-    ToolContext {
-        state: app.state.clone(),
-        organization_id: org.to_string(),
-    }
+    ToolContext::new(app.state.clone(), org.to_string())
 }
 
 fn input(v: Value) -> send_notification::Input {

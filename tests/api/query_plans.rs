@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{Duration, Utc};
 use custintel::{
     crypto::SecretBox,
-    db::statistics,
+    db::{statistics, Reads},
     state::AppState,
     tools::{self, ToolContext},
 };
@@ -95,7 +95,7 @@ fn skewed(i: usize, n: usize) -> usize {
 }
 
 /// Seeds one organization.
-async fn seed(db: &DatabaseConnection, org: &str, customers: usize) {
+pub(crate) async fn seed(db: &DatabaseConnection, org: &str, customers: usize) {
     let now = Utc::now();
     let scale = |n: usize| n * customers / CUSTOMERS;
     let ids: Vec<String> = (0..customers)
@@ -582,11 +582,14 @@ async fn plans_use_indexes(backend: Backend) {
     let captured: Arc<Mutex<Vec<Statement>>> = Arc::default();
     let mut watched = db.clone();
     let sink = captured.clone();
-    watched.set_metric_callback(move |info| {
-        sink.lock().expect("captured").push(info.statement.clone());
-    });
-    let ctx = ToolContext {
-        state: AppState {
+    Reads::observe(
+        &mut watched,
+        Arc::new(move |statement| sink.lock().expect("captured").push(statement.clone())),
+    )
+    .await
+    .expect("observe");
+    let ctx = ToolContext::new(
+        AppState {
             db: watched.clone(),
             secrets: SecretBox::from_key(&[7u8; 32]),
             public_url: "http://127.0.0.1".into(),
@@ -594,8 +597,8 @@ async fn plans_use_indexes(backend: Backend) {
             search: custintel::search::SearchIndex::new(watched).expect("search"),
             agents: Default::default(),
         },
-        organization_id: org.organization_id.clone(),
-    };
+        org.organization_id.clone(),
+    );
     let backend = db.get_database_backend();
     let mut failures = Vec::new();
     let mut explained = 0;

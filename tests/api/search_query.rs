@@ -23,10 +23,7 @@ use serde_json::{json, Value};
 use crate::{db_test, helpers::TestApp, snap};
 
 fn ctx(app: &TestApp, organization_id: &str) -> ToolContext {
-    ToolContext {
-        state: app.state.clone(),
-        organization_id: organization_id.to_string(),
-    }
+    ToolContext::new(app.state.clone(), organization_id.to_string())
 }
 
 fn at(day: u32) -> DateTime<Utc> {
@@ -565,10 +562,7 @@ db_test!(
         let mut state = app.state.clone();
         state.search = restarted;
         let after_restart = search::run(
-            &ToolContext {
-                state,
-                organization_id: s.org.clone(),
-            },
+            &ToolContext::new(state, s.org.clone()),
             serde_json::from_value(json!({ "query": "renewal pricing platypus" })).expect("input"),
         )
         .await

@@ -197,10 +197,7 @@ impl ToolsApi {
             Ok(auth) => auth,
             Err(e) => return e.into(),
         };
-        let ctx = ToolContext {
-            state: self.state.clone(),
-            organization_id: auth.organization_id,
-        };
+        let ctx = ToolContext::new(self.state.clone(), auth.organization_id);
         let body = body.0;
         let input = body.input.map(|m| Value::Object(m.into_iter().collect()));
         match tools::call(ctx, &body.tool, input).await {

@@ -1,0 +1,476 @@
+//! The reads of one tool call, on a connection the call holds for its length.
+//!
+//! On a SQLite file, the call's statements run on the calling thread through a rusqlite
+//! connection of their own ([`SqliteReads`]), opened read-only on the same file. Why not sqlx's
+//! pool: sqlx runs each SQLite connection on a thread of its own and passes every statement and
+//! its rows across a channel, so a call making ten statements paid twenty-odd thread wake-ups;
+//! with eight callers on two cores the kernel's scheduling was the largest single cost of a
+//! call (docs/performance.md, Tools). A read on SQLite is a few microseconds to a few
+//! milliseconds of CPU on pages mostly in memory, so running it where the call already runs
+//! costs less than handing it to another thread and waiting for the answer.
+//!
+//! On PostgreSQL (and an in-memory SQLite database, which another connection cannot open),
+//! [`Reads`] is the service's pool.
+//!
+//! Rows come back as sea-orm [`QueryResult`]s, so the tools' sea-orm queries run unchanged.
+//! Each value is typed by its column's declared type (the types sea-orm's migrations write:
+//! `timestamp_with_timezone_text`, `json_text`, `boolean`, ...) or, for an expression, by what
+//! SQLite holds. Integers come back as 64-bit values: entities read here keep their integers in
+//! `i64` fields (a test reads every tool's records through it). A row's columns are kept by
+//! name, so read them by name: `into_tuple` and `try_get_by_index` do not see them in the
+//! order they were selected.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use chrono::{DateTime, NaiveDateTime, SecondsFormat, TimeZone, Utc};
+use rusqlite::{
+    types::{Value as SqlValue, ValueRef},
+    OpenFlags,
+};
+use sea_orm::{
+    sea_query::Value, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult,
+    MockDatabase, MockDatabaseTrait, QueryResult, RuntimeErr, Statement,
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Read connections open at once per database file: a call holds one for its length, so this
+/// bounds the calls reading at once (more wait for one).
+const READ_CONNECTIONS: usize = 16;
+
+/// Prepared statements each read connection keeps (the tools' queries vary by filter).
+const CACHED_STATEMENTS: usize = 128;
+
+/// How long a call waits for a read connection before it answers that the database is busy.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a tool call's reads go.
+pub enum Reads {
+    /// A rusqlite connection to the SQLite file, held by this call.
+    Sqlite(ReadConnection),
+    /// The service's pool (PostgreSQL, in-memory SQLite).
+    Pool(DatabaseConnection),
+}
+
+impl Reads {
+    /// Has `observer` told every statement the reads of `db` run from now on: on SQLite
+    /// those of the read connections, elsewhere the pool's (its metric callback). For tests
+    /// and diagnostics that look at the statements tools make.
+    pub async fn observe(
+        db: &mut DatabaseConnection,
+        observer: StatementObserver,
+    ) -> Result<(), DbErr> {
+        match SqliteReads::of(db).await? {
+            Some(reads) => *lock(&reads.observer) = Some(observer),
+            None => db.set_metric_callback(move |info| observer(&info.statement)),
+        }
+        Ok(())
+    }
+
+    /// A connection for one call's reads of `db`.
+    pub async fn open(db: &DatabaseConnection) -> Result<Self, DbErr> {
+        if pool_only() {
+            return Ok(Reads::Pool(db.clone()));
+        }
+        match SqliteReads::of(db).await? {
+            Some(reads) => Ok(Reads::Sqlite(reads.acquire().await?)),
+            None => Ok(Reads::Pool(db.clone())),
+        }
+    }
+}
+
+/// `CUSTINTEL_SQLITE_READS=pool` sends the tools' reads through the service's pool on SQLite
+/// too, as before read connections existed: to compare the two (`bench tools`).
+fn pool_only() -> bool {
+    static POOL_ONLY: OnceLock<bool> = OnceLock::new();
+    *POOL_ONLY.get_or_init(|| {
+        std::env::var("CUSTINTEL_SQLITE_READS").is_ok_and(|v| v.eq_ignore_ascii_case("pool"))
+    })
+}
+
+/// The read connections of one SQLite file, opened as calls need them and kept for the next.
+pub struct SqliteReads {
+    file: PathBuf,
+    /// The file's device and inode when first opened.
+    file_id: Option<(u64, u64)>,
+    idle: Mutex<Vec<rusqlite::Connection>>,
+    permits: Arc<Semaphore>,
+    observer: Mutex<Option<StatementObserver>>,
+}
+
+/// Told each statement a call's reads run (as sea-orm's metric callback is for the pool's).
+pub type StatementObserver = Arc<dyn Fn(&Statement) + Send + Sync>;
+
+impl SqliteReads {
+    /// The read connections of `db`'s file, made on first use in this process; `None` on
+    /// PostgreSQL and for an in-memory database.
+    async fn of(db: &DatabaseConnection) -> Result<Option<Arc<SqliteReads>>, DbErr> {
+        /// By the name the pool was opened with.
+        static OPENED: OnceLock<Mutex<HashMap<PathBuf, Option<Arc<SqliteReads>>>>> =
+            OnceLock::new();
+        if db.get_database_backend() != DbBackend::Sqlite {
+            return Ok(None);
+        }
+        let opened_as = db
+            .get_sqlite_connection_pool()
+            .connect_options()
+            .get_filename()
+            .to_path_buf();
+        let opened = OPENED.get_or_init(Default::default);
+        if let Some(known) = lock(opened).get(&opened_as) {
+            match known {
+                Some(reads) if !reads.is_same_file() => {}
+                _ => return Ok(known.clone()),
+            }
+        }
+        let reads = super::sqlite_file(db).await?.map(|file| {
+            Arc::new(SqliteReads {
+                file_id: file_id(&file),
+                file,
+                idle: Mutex::new(Vec::new()),
+                permits: Arc::new(Semaphore::new(READ_CONNECTIONS)),
+                observer: Mutex::new(None),
+            })
+        });
+        let mut opened = lock(opened);
+        // Connections to files since removed (a test's database) are closed.
+        opened.retain(|_, r| r.as_ref().is_none_or(|r| r.file.exists()));
+        opened.insert(opened_as, reads.clone());
+        Ok(reads)
+    }
+
+    /// Whether the file is still the one the connections were opened on (not removed and made
+    /// again at the same path, as a restore does).
+    fn is_same_file(&self) -> bool {
+        file_id(&self.file) == self.file_id
+    }
+
+    async fn acquire(self: Arc<Self>) -> Result<ReadConnection, DbErr> {
+        let permit = tokio::time::timeout(ACQUIRE_TIMEOUT, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout))?
+            .map_err(|_| DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::ConnectionClosed))?;
+        let idle = lock(&self.idle).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open_read_connection(&self.file).map_err(|e| {
+                DbErr::Conn(RuntimeErr::Internal(format!(
+                    "cannot open {} for reading: {e}",
+                    self.file.display()
+                )))
+            })?,
+        };
+        Ok(ReadConnection {
+            conn: Mutex::new(Some(conn)),
+            home: self,
+            _permit: permit,
+        })
+    }
+}
+
+fn file_id(file: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The settings of the service's own SQLite connections that matter to a reader (`src/db.rs`),
+/// and `query_only`: this connection never writes.
+fn open_read_connection(file: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open_with_flags(
+        file,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(super::SQLITE_BUSY_TIMEOUT)?;
+    conn.execute_batch(&format!(
+        "PRAGMA query_only = 1; PRAGMA mmap_size = {}; PRAGMA cache_size = -16384; \
+         PRAGMA temp_store = memory;",
+        super::SQLITE_MMAP_BYTES
+    ))?;
+    conn.set_prepared_statement_cache_capacity(CACHED_STATEMENTS);
+    Ok(conn)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One read connection held by a call; back to its file's idle connections when dropped.
+pub struct ReadConnection {
+    conn: Mutex<Option<rusqlite::Connection>>,
+    home: Arc<SqliteReads>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for ReadConnection {
+    fn drop(&mut self) {
+        if let Some(conn) = lock(&self.conn).take() {
+            lock(&self.home.idle).push(conn);
+        }
+    }
+}
+
+impl ReadConnection {
+    /// The rows of `stmt`, each typed by its column's declared type.
+    fn rows(&self, stmt: Statement, at_most: Option<usize>) -> Result<Vec<QueryResult>, DbErr> {
+        let observer = lock(&self.home.observer).clone();
+        if let Some(observe) = observer {
+            observe(&stmt);
+        }
+        let guard = lock(&self.conn);
+        let conn = guard
+            .as_ref()
+            .ok_or_else(|| DbErr::Custom("the read connection was returned".into()))?;
+        let params = stmt
+            .values
+            .as_ref()
+            .map(|v| v.0.iter().map(to_sql).collect::<Result<Vec<_>, _>>())
+            .transpose()?
+            .unwrap_or_default();
+        let mut prepared = conn.prepare_cached(&stmt.sql).map_err(query_err)?;
+        let columns: Vec<(String, Declared)> = prepared
+            .columns()
+            .iter()
+            .map(|c| (c.name().to_string(), Declared::of(c.decl_type())))
+            .collect();
+        let mut rows = prepared
+            .query(rusqlite::params_from_iter(params))
+            .map_err(query_err)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(query_err)? {
+            let mut values = BTreeMap::new();
+            for (i, (name, declared)) in columns.iter().enumerate() {
+                let value = row.get_ref(i).map_err(query_err)?;
+                values.insert(name.clone(), declared.value(value)?);
+            }
+            out.push(values);
+            if at_most.is_some_and(|n| out.len() >= n) {
+                break;
+            }
+        }
+        // sea-orm makes rows of named values into its `QueryResult` only through its mock
+        // database (the proxy driver's way does not build with this sea-query): handed the
+        // rows, it answers them to one statement.
+        let mut answer = MockDatabase::new(DbBackend::Sqlite).append_query_results([out]);
+        answer.query(0, Statement::from_string(DbBackend::Sqlite, String::new()))
+    }
+}
+
+/// What a result column holds, from its declared type (`None` for an expression).
+#[derive(Debug, Clone, Copy)]
+enum Declared {
+    Timestamp,
+    Json,
+    Boolean,
+    Text,
+    /// An integer, a real, a blob or an expression: by what SQLite holds.
+    Stored,
+}
+
+impl Declared {
+    fn of(decl: Option<&str>) -> Self {
+        let Some(decl) = decl else {
+            return Declared::Stored;
+        };
+        let decl = decl.to_ascii_lowercase();
+        match decl.as_str() {
+            "timestamp_with_timezone_text" | "timestamp_text" | "datetime_text" => {
+                Declared::Timestamp
+            }
+            "json_text" | "jsonb_text" => Declared::Json,
+            "boolean" | "bool" => Declared::Boolean,
+            "text" | "enum_text" | "uuid_text" => Declared::Text,
+            d if d.starts_with("varchar") || d.starts_with("char") => Declared::Text,
+            _ => Declared::Stored,
+        }
+    }
+
+    /// The value as sea-orm's row expects it for a field of this column's type; a null is
+    /// the typed null, which an `Option` field reads as `None`.
+    fn value(self, v: ValueRef<'_>) -> Result<Value, DbErr> {
+        Ok(match (self, v) {
+            (Declared::Timestamp, ValueRef::Null) => Value::ChronoDateTimeUtc(None),
+            (Declared::Json, ValueRef::Null) => Value::Json(None),
+            (Declared::Boolean, ValueRef::Null) => Value::Bool(None),
+            (Declared::Text, ValueRef::Null) => Value::String(None),
+            (Declared::Stored, ValueRef::Null) => Value::String(None),
+            (Declared::Timestamp, ValueRef::Text(t)) => {
+                Value::ChronoDateTimeUtc(Some(parse_time(utf8(t)?)?))
+            }
+            (Declared::Timestamp, ValueRef::Integer(secs)) => {
+                Value::ChronoDateTimeUtc(Some(Utc.timestamp_opt(secs, 0).single().ok_or_else(
+                    || type_err(format!("{secs} is not a time in seconds since 1970")),
+                )?))
+            }
+            (Declared::Json, ValueRef::Text(t)) => Value::Json(Some(
+                serde_json::from_slice(t).map_err(|e| type_err(format!("stored JSON: {e}")))?,
+            )),
+            (Declared::Boolean, ValueRef::Integer(i)) => Value::Bool(Some(i != 0)),
+            (_, ValueRef::Integer(i)) => Value::BigInt(Some(i)),
+            (_, ValueRef::Real(f)) => Value::Double(Some(f)),
+            (_, ValueRef::Text(t)) => Value::String(Some(utf8(t)?.to_string())),
+            (_, ValueRef::Blob(b)) => Value::Bytes(Some(b.to_vec())),
+        })
+    }
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, DbErr> {
+    std::str::from_utf8(bytes).map_err(|e| type_err(format!("stored text: {e}")))
+}
+
+/// A stored time in the forms sqlx reads back (RFC 3339 as sqlx writes it, and SQLite's own
+/// `YYYY-MM-DD HH:MM:SS[.fff]` forms).
+fn parse_time(text: &str) -> Result<DateTime<Utc>, DbErr> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    for format in ["%F %T%.f%:z", "%F %T%.fZ", "%FT%T%.f%:z", "%F %R%:z"] {
+        if let Ok(t) = DateTime::parse_from_str(text, format) {
+            return Ok(t.with_timezone(&Utc));
+        }
+    }
+    for format in ["%F %T%.f", "%FT%T%.f", "%F %R", "%FT%R"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
+            return Ok(Utc.from_utc_datetime(&t));
+        }
+    }
+    Err(type_err(format!("`{text}` is not a stored time")))
+}
+
+/// A statement's value as sqlx would bind it on SQLite, so that comparisons with stored values
+/// hold the same (times as RFC 3339 text, JSON as text, booleans as 0 and 1).
+fn to_sql(v: &Value) -> Result<SqlValue, DbErr> {
+    fn or_null<T>(v: &Option<T>, f: impl FnOnce(&T) -> SqlValue) -> SqlValue {
+        v.as_ref().map_or(SqlValue::Null, f)
+    }
+    Ok(match v {
+        Value::Bool(b) => or_null(b, |b| SqlValue::Integer(i64::from(*b))),
+        Value::TinyInt(i) => or_null(i, |i| SqlValue::Integer(i64::from(*i))),
+        Value::SmallInt(i) => or_null(i, |i| SqlValue::Integer(i64::from(*i))),
+        Value::Int(i) => or_null(i, |i| SqlValue::Integer(i64::from(*i))),
+        Value::BigInt(i) => or_null(i, |i| SqlValue::Integer(*i)),
+        Value::TinyUnsigned(i) => or_null(i, |i| SqlValue::Integer(i64::from(*i))),
+        Value::SmallUnsigned(i) => or_null(i, |i| SqlValue::Integer(i64::from(*i))),
+        Value::Unsigned(i) => or_null(i, |i| SqlValue::Integer(i64::from(*i))),
+        Value::BigUnsigned(Some(i)) => SqlValue::Integer(
+            i64::try_from(*i).map_err(|_| type_err(format!("{i} is beyond SQLite's integers")))?,
+        ),
+        Value::BigUnsigned(None) => SqlValue::Null,
+        Value::Float(f) => or_null(f, |f| SqlValue::Real(f64::from(*f))),
+        Value::Double(f) => or_null(f, |f| SqlValue::Real(*f)),
+        Value::String(s) => or_null(s, |s| SqlValue::Text(s.to_string())),
+        Value::Char(c) => or_null(c, |c| SqlValue::Text(c.to_string())),
+        Value::Bytes(b) => or_null(b, |b| SqlValue::Blob(b.to_vec())),
+        Value::Json(j) => or_null(j, |j| SqlValue::Text(j.to_string())),
+        Value::ChronoDateTimeUtc(t) => or_null(t, |t| SqlValue::Text(rfc3339(t))),
+        Value::ChronoDateTimeWithTimeZone(t) => or_null(t, |t| SqlValue::Text(rfc3339(t))),
+        Value::ChronoDateTimeLocal(t) => or_null(t, |t| SqlValue::Text(rfc3339(t))),
+        Value::ChronoDateTime(t) => {
+            or_null(t, |t| SqlValue::Text(t.format("%F %T%.f").to_string()))
+        }
+        Value::ChronoDate(d) => or_null(d, |d| SqlValue::Text(d.format("%F").to_string())),
+        Value::ChronoTime(t) => or_null(t, |t| SqlValue::Text(t.format("%T%.f").to_string())),
+        Value::Uuid(u) => or_null(u, |u| SqlValue::Blob(u.as_bytes().to_vec())),
+        other => {
+            return Err(type_err(format!(
+                "a value of this kind is not read on SQLite: {other:?}"
+            )))
+        }
+    })
+}
+
+fn rfc3339<Tz: TimeZone>(t: &DateTime<Tz>) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, false)
+}
+
+fn query_err(e: rusqlite::Error) -> DbErr {
+    DbErr::Query(RuntimeErr::Internal(format!("SQLite: {e}")))
+}
+
+fn type_err(message: String) -> DbErr {
+    DbErr::Type(message)
+}
+
+#[async_trait::async_trait]
+impl ConnectionTrait for Reads {
+    fn get_database_backend(&self) -> DbBackend {
+        match self {
+            Reads::Sqlite(_) => DbBackend::Sqlite,
+            Reads::Pool(db) => db.get_database_backend(),
+        }
+    }
+
+    /// Reads only: a tool that writes writes through the service's pool.
+    async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
+        match self {
+            Reads::Sqlite(_) => Err(DbErr::Custom(format!(
+                "a write on a tool call's read connection: {}",
+                stmt.sql
+            ))),
+            Reads::Pool(db) => db.execute_raw(stmt).await,
+        }
+    }
+
+    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
+        match self {
+            Reads::Sqlite(_) => Err(DbErr::Custom(format!(
+                "a write on a tool call's read connection: {sql}"
+            ))),
+            Reads::Pool(db) => db.execute_unprepared(sql).await,
+        }
+    }
+
+    async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+        match self {
+            Reads::Sqlite(conn) => Ok(conn.rows(stmt, Some(1))?.into_iter().next()),
+            Reads::Pool(db) => db.query_one_raw(stmt).await,
+        }
+    }
+
+    async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        match self {
+            Reads::Sqlite(conn) => conn.rows(stmt, None),
+            Reads::Pool(db) => db.query_all_raw(stmt).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_times_read_in_every_form_sqlx_reads() {
+        let want = Utc.with_ymd_and_hms(2026, 11, 27, 14, 5, 6).unwrap();
+        for text in [
+            "2026-11-27T14:05:06+00:00",
+            "2026-11-27T14:05:06Z",
+            "2026-11-27 14:05:06",
+            "2026-11-27 14:05:06.000",
+            "2026-11-27T16:05:06+02:00",
+        ] {
+            assert_eq!(parse_time(text).unwrap(), want, "{text}");
+        }
+        assert!(parse_time("yesterday").is_err());
+    }
+
+    #[test]
+    fn values_bind_as_sqlx_binds_them() {
+        let t = Utc.with_ymd_and_hms(2026, 11, 27, 14, 5, 6).unwrap();
+        assert_eq!(
+            to_sql(&Value::ChronoDateTimeUtc(Some(t))).unwrap(),
+            SqlValue::Text("2026-11-27T14:05:06+00:00".into())
+        );
+        assert_eq!(
+            to_sql(&Value::Bool(Some(true))).unwrap(),
+            SqlValue::Integer(1)
+        );
+        assert_eq!(to_sql(&Value::String(None)).unwrap(), SqlValue::Null);
+    }
+}

@@ -1,0 +1,136 @@
+//! A tool call's read connection (`custintel::db::Reads`): on a SQLite file it reads through
+//! rusqlite and types each value by its column's declared type, so every record the tools read
+//! must come back equal to what sea-orm's own SQLite driver reads. On PostgreSQL both are the
+//! pool: nothing to compare, so these run on SQLite only.
+
+use custintel::{
+    crypto::SecretBox,
+    db::Reads,
+    state::AppState,
+    tools::{self, ToolContext},
+};
+use entity::{api_key, billing_change, customer, event, fact, source, user};
+use sea_orm::{DatabaseConnection, EntityTrait, QueryOrder};
+use serde_json::json;
+
+use crate::{
+    helpers::{fresh_db, org_in, Backend},
+    query_plans::seed,
+};
+
+async fn both<E>(db: &DatabaseConnection, reads: &Reads, order: E::Column) -> usize
+where
+    E: EntityTrait,
+    E::Model: PartialEq + std::fmt::Debug,
+{
+    let pool = E::find()
+        .order_by_asc(order)
+        .all(db)
+        .await
+        .expect("read through the pool");
+    let read = E::find()
+        .order_by_asc(order)
+        .all(reads)
+        .await
+        .expect("read through the read connection");
+    assert_eq!(pool, read, "{}", E::default().table_name());
+    read.len()
+}
+
+fn state(db: &DatabaseConnection) -> AppState {
+    AppState {
+        db: db.clone(),
+        secrets: SecretBox::from_key(&[7u8; 32]),
+        public_url: "http://127.0.0.1".into(),
+        integrations: Default::default(),
+        search: custintel::search::SearchIndex::new(db.clone()).expect("search"),
+        agents: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn read_connections_read_every_record_as_the_pool_does() {
+    let (db, _tmp) = fresh_db(Backend::Sqlite).await.expect("sqlite");
+    let org = org_in(&db, "Reads").await;
+    seed(&db, &org.organization_id, 200).await;
+    let reads = Reads::open(&db).await.expect("open");
+    assert!(
+        matches!(reads, Reads::Sqlite(_)),
+        "a SQLite file is read through read connections"
+    );
+    // Every kind of column: texts, optional texts, times and missing times, JSON, booleans,
+    // integers, enums.
+    assert!(both::<customer::Entity>(&db, &reads, customer::Column::Id).await > 0);
+    assert!(both::<user::Entity>(&db, &reads, user::Column::Id).await > 0);
+    assert!(both::<source::Entity>(&db, &reads, source::Column::Id).await > 0);
+    assert!(both::<fact::Entity>(&db, &reads, fact::Column::Id).await > 0);
+    assert!(both::<event::Entity>(&db, &reads, event::Column::Id).await > 0);
+    assert!(both::<billing_change::Entity>(&db, &reads, billing_change::Column::Id).await > 0);
+    assert!(both::<api_key::Entity>(&db, &reads, api_key::Column::Id).await > 0);
+}
+
+#[tokio::test]
+async fn read_connections_refuse_writes() {
+    let (db, _tmp) = fresh_db(Backend::Sqlite).await.expect("sqlite");
+    let reads = Reads::open(&db).await.expect("open");
+    let err = sea_orm::ConnectionTrait::execute_unprepared(&reads, "DELETE FROM customers")
+        .await
+        .expect_err("a write on a read connection");
+    assert!(err.to_string().contains("read connection"), "{err}");
+}
+
+/// More callers than read connections, in two organizations at once: every call answers, and
+/// each sees its own organization's records only.
+#[tokio::test]
+async fn concurrent_calls_share_the_read_connections_and_keep_to_their_organization() {
+    let (db, _tmp) = fresh_db(Backend::Sqlite).await.expect("sqlite");
+    let large = org_in(&db, "Large").await;
+    let small = org_in(&db, "Small").await;
+    seed(&db, &large.organization_id, 200).await;
+    seed(&db, &small.organization_id, 25).await;
+    let state = state(&db);
+    let calls = (0..48).map(|i| {
+        let (org, customers) = if i % 2 == 0 {
+            (large.organization_id.clone(), 200)
+        } else {
+            (small.organization_id.clone(), 25)
+        };
+        let ctx = ToolContext::new(state.clone(), org);
+        tokio::spawn(async move {
+            let listed = tools::call(ctx.clone(), "svc_list_customers", Some(json!({"limit": 5})))
+                .await
+                .expect("list");
+            assert_eq!(listed["pagination"]["total"], json!(customers), "{listed}");
+            let first = listed["items"][0]["id"].as_str().expect("id").to_string();
+            let found = tools::call(
+                ctx.clone(),
+                "svc_get_customer",
+                Some(json!({"customer": first, "include": ["users", "facts", "sources"]})),
+            )
+            .await
+            .expect("get");
+            assert_eq!(found["id"], json!(first), "{found}");
+            assert!(found["users"].is_array(), "{found}");
+        })
+    });
+    for call in futures::future::join_all(calls).await {
+        call.expect("call");
+    }
+    // A customer of one organization is not found from the other.
+    let theirs = tools::call(
+        ToolContext::new(state.clone(), large.organization_id.clone()),
+        "svc_list_customers",
+        Some(json!({"limit": 1})),
+    )
+    .await
+    .expect("list");
+    let id = theirs["items"][0]["id"].as_str().expect("id").to_string();
+    let err = tools::call(
+        ToolContext::new(state, small.organization_id.clone()),
+        "svc_get_customer",
+        Some(json!({"customer": id})),
+    )
+    .await
+    .expect_err("another organization's customer");
+    assert!(matches!(err, tools::ToolError::NotFound(_)), "{err:?}");
+}
