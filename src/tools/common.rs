@@ -498,6 +498,16 @@ pub fn trait_equals(
     })
 }
 
+/// `"users"."traits" <> '{}'`: the users that carry some trait, written as the condition of
+/// their activity index (`ix_users_org_traited_activity_id`), which each database must find in
+/// a query to use that index.
+pub fn carries_traits(backend: DbBackend) -> SimpleExpr {
+    match backend {
+        DbBackend::Postgres => Expr::cust("\"users\".\"traits\" <> '{}'::jsonb"),
+        _ => Expr::cust("\"users\".\"traits\" <> '{}'"),
+    }
+}
+
 /// A trait value carried by at most this many records is rare: a list filtered by it reads
 /// its records from the trait index (`trait_values`) instead of checking traits row by row.
 pub const RARE_TRAIT_RECORDS: u64 = FEW_MATCHES;

@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, contains_ci, key_time_opt, parse_duration, rare_trait_candidates,
-        resolve_customer, ListRequest, Residuals,
+        carries_traits, check_fields, contains_ci, key_time_opt, parse_duration,
+        rare_trait_candidates, resolve_customer, ListRequest, Residuals,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -107,6 +107,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let trait_alone = no_other_filter && input.stage.is_none();
     let traits = rare_trait_candidates(ctx, "users", &input.traits, trait_alone).await?;
     let mut residuals = Residuals::of_traits(ctx, "users", &input.traits, &traits)?;
+    if input.traits.as_ref().is_some_and(|t| !t.is_empty()) {
+        // Users without traits match no trait filter: walk only those with some (an index of
+        // their own), past the trait-less users ingest makes, who lead the activity order.
+        filter = filter.add(carries_traits(ctx.state.db.get_database_backend()));
+    }
     let rare_trait = traits.candidates;
     if let Some(email) = &input.email {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
