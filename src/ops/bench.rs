@@ -18,6 +18,7 @@
 //! and p99 and the ratio of its p99 to its target.
 
 use std::{
+    collections::BTreeMap,
     io::{BufWriter, Write},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -835,7 +836,8 @@ async fn measure(
 }
 
 /// Sends `rate` events per second to the organization's Ingest API (batches of 100, open loop)
-/// until `stop`; counts the events acknowledged and the batches that failed.
+/// until `stop`; counts the events acknowledged and the batches that failed, by why (the
+/// status, or the client's error).
 fn spawn_ingest(
     base: String,
     public_key: String,
@@ -844,7 +846,7 @@ fn spawn_ingest(
     customers: usize,
     stop: Arc<AtomicBool>,
     acknowledged: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
+    failed: Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let http = reqwest::Client::new();
@@ -870,14 +872,20 @@ fn spawn_ingest(
                 .json(&json!({"source": "server", "events": events}));
             let (acknowledged, failed) = (acknowledged.clone(), failed.clone());
             in_flight.spawn(async move {
-                match request.send().await {
+                let why = match request.send().await {
                     Ok(r) if r.status().is_success() => {
                         acknowledged.fetch_add(100, Ordering::Relaxed);
+                        return;
                     }
-                    _ => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                    Ok(r) => r.status().as_u16().to_string(),
+                    Err(e) if e.is_timeout() => "time-out".to_string(),
+                    Err(_) => "no answer".to_string(),
+                };
+                *failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(why)
+                    .or_default() += 1;
             });
             while in_flight.try_join_next().is_some() {}
         }
@@ -1183,7 +1191,8 @@ async fn measure_all(
     });
 
     let stop_ingest = Arc::new(AtomicBool::new(false));
-    let (acknowledged, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
     let ingest = (args.with_ingest > 0).then(|| {
         spawn_ingest(
             base.clone(),
@@ -1257,10 +1266,13 @@ async fn measure_all(
     if let Some(ingest) = ingest {
         let _ = ingest.await;
         let secs = ingest_started.elapsed().as_secs_f64();
+        let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
+        let why: Vec<String> = failed.iter().map(|(w, n)| format!("{w}: {n}")).collect();
         println!(
-            "ingest beside the cases: {:.0} events/s acknowledged ({} batches failed) of {} offered",
+            "ingest beside the cases: {:.0} events/s acknowledged ({} batches failed{}) of {} offered",
             acknowledged.load(Ordering::Relaxed) as f64 / secs,
-            failed.load(Ordering::Relaxed),
+            failed.values().sum::<u64>(),
+            if why.is_empty() { String::new() } else { format!(": {}", why.join(", ")) },
             args.with_ingest
         );
     }
