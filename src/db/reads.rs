@@ -21,7 +21,7 @@
 //! order they were selected.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     path::{Path, PathBuf},
     sync::{Arc, Mutex, OnceLock},
     time::Duration,
@@ -33,8 +33,9 @@ use rusqlite::{
     OpenFlags,
 };
 use sea_orm::{
-    sea_query::Value, ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult,
-    MockDatabase, MockDatabaseTrait, QueryResult, RuntimeErr, Statement,
+    sea_query::Value, sqlx::sqlite::SqliteConnectOptions, ConnectionTrait, DatabaseConnection,
+    DbBackend, DbErr, ExecResult, MockDatabase, MockDatabaseTrait, QueryResult, RuntimeErr,
+    Statement,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -58,8 +59,8 @@ pub enum Reads {
 
 impl Reads {
     /// Has `observer` told every statement the reads of `db` run from now on: on SQLite
-    /// those of the read connections, elsewhere the pool's (its metric callback). For tests
-    /// and diagnostics that look at the statements tools make.
+    /// those of the read connections taken after this, elsewhere the pool's (its metric
+    /// callback). For tests and diagnostics that look at the statements tools make.
     pub async fn observe(
         db: &mut DatabaseConnection,
         observer: StatementObserver,
@@ -95,41 +96,44 @@ fn pool_only() -> bool {
 /// The read connections of one SQLite file, opened as calls need them and kept for the next.
 pub struct SqliteReads {
     file: PathBuf,
-    /// The file's device and inode when first opened.
-    file_id: Option<(u64, u64)>,
     idle: Mutex<Vec<rusqlite::Connection>>,
     permits: Arc<Semaphore>,
     observer: Mutex<Option<StatementObserver>>,
+}
+
+/// A pool's read connections, found by the pool's own options (the same `Arc` for every clone
+/// of one pool, and kept here so that no later pool is mistaken for it); `None` for an
+/// in-memory database.
+struct Opened {
+    pool: Arc<SqliteConnectOptions>,
+    reads: Option<Arc<SqliteReads>>,
 }
 
 /// Told each statement a call's reads run (as sea-orm's metric callback is for the pool's).
 pub type StatementObserver = Arc<dyn Fn(&Statement) + Send + Sync>;
 
 impl SqliteReads {
-    /// The read connections of `db`'s file, made on first use in this process; `None` on
-    /// PostgreSQL and for an in-memory database.
+    /// The read connections of `db`'s pool, made on its first use; `None` on PostgreSQL and
+    /// for an in-memory database. Every request asks: a lock and a pointer comparison per
+    /// pool open in the process.
     async fn of(db: &DatabaseConnection) -> Result<Option<Arc<SqliteReads>>, DbErr> {
-        /// By the name the pool was opened with.
-        static OPENED: OnceLock<Mutex<HashMap<PathBuf, Option<Arc<SqliteReads>>>>> =
-            OnceLock::new();
+        static OPENED: OnceLock<Mutex<Vec<Opened>>> = OnceLock::new();
         if db.get_database_backend() != DbBackend::Sqlite {
             return Ok(None);
         }
-        let opened_as = db
-            .get_sqlite_connection_pool()
-            .connect_options()
-            .get_filename()
-            .to_path_buf();
+        let pool = db.get_sqlite_connection_pool().connect_options();
         let opened = OPENED.get_or_init(Default::default);
-        if let Some(known) = lock(opened).get(&opened_as) {
-            match known {
-                Some(reads) if !reads.is_same_file() => {}
-                _ => return Ok(known.clone()),
-            }
+        let find = |opened: &[Opened]| {
+            opened
+                .iter()
+                .find(|o| Arc::ptr_eq(&o.pool, &pool))
+                .map(|o| o.reads.clone())
+        };
+        if let Some(known) = find(&lock(opened)) {
+            return Ok(known);
         }
         let reads = super::sqlite_file(db).await?.map(|file| {
             Arc::new(SqliteReads {
-                file_id: file_id(&file),
                 file,
                 idle: Mutex::new(Vec::new()),
                 permits: Arc::new(Semaphore::new(READ_CONNECTIONS)),
@@ -137,16 +141,16 @@ impl SqliteReads {
             })
         });
         let mut opened = lock(opened);
-        // Connections to files since removed (a test's database) are closed.
-        opened.retain(|_, r| r.as_ref().is_none_or(|r| r.file.exists()));
-        opened.insert(opened_as, reads.clone());
+        if let Some(known) = find(&opened) {
+            return Ok(known);
+        }
+        // The read connections of pools since dropped (a test's database) are closed.
+        opened.retain(|o| Arc::strong_count(&o.pool) > 1);
+        opened.push(Opened {
+            pool,
+            reads: reads.clone(),
+        });
         Ok(reads)
-    }
-
-    /// Whether the file is still the one the connections were opened on (not removed and made
-    /// again at the same path, as a restore does).
-    fn is_same_file(&self) -> bool {
-        file_id(&self.file) == self.file_id
     }
 
     async fn acquire(self: Arc<Self>) -> Result<ReadConnection, DbErr> {
@@ -164,17 +168,14 @@ impl SqliteReads {
                 )))
             })?,
         };
+        let observer = lock(&self.observer).clone();
         Ok(ReadConnection {
             conn: Mutex::new(Some(conn)),
+            observer,
             home: self,
             _permit: permit,
         })
     }
-}
-
-fn file_id(file: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(file).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// The settings of the service's own SQLite connections that matter to a reader (`src/db.rs`),
@@ -210,6 +211,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One read connection held by a call; back to its file's idle connections when dropped.
 pub struct ReadConnection {
     conn: Mutex<Option<rusqlite::Connection>>,
+    /// The file's observer when the connection was taken.
+    observer: Option<StatementObserver>,
     home: Arc<SqliteReads>,
     _permit: OwnedSemaphorePermit,
 }
@@ -225,8 +228,7 @@ impl Drop for ReadConnection {
 impl ReadConnection {
     /// The rows of `stmt`, each typed by its column's declared type.
     fn rows(&self, stmt: Statement, at_most: Option<usize>) -> Result<Vec<QueryResult>, DbErr> {
-        let observer = lock(&self.home.observer).clone();
-        if let Some(observe) = observer {
+        if let Some(observe) = &self.observer {
             observe(&stmt);
         }
         let guard = lock(&self.conn);

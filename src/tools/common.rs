@@ -39,23 +39,24 @@ pub async fn resolve_customer(ctx: &ToolContext, customer: &str) -> ToolResult<c
     let scoped = || {
         customer::Entity::find().filter(customer::Column::OrganizationId.eq(&ctx.organization_id))
     };
+    let db = ctx.db().await?;
     if let Some(found) = scoped()
         .filter(customer::Column::Id.eq(wanted))
-        .one(ctx.db().await?)
+        .one(db)
         .await?
     {
         return Ok(found);
     }
     if let Some(found) = scoped()
         .filter(customer::Column::Domain.eq(wanted.to_lowercase()))
-        .one(ctx.db().await?)
+        .one(db)
         .await?
     {
         return Ok(found);
     }
     if let Some(found) = scoped()
         .filter(customer::Column::ExternalId.eq(wanted))
-        .one(ctx.db().await?)
+        .one(db)
         .await?
     {
         return Ok(found);
