@@ -241,15 +241,8 @@ impl ReadConnection {
             .map(|v| v.0.iter().map(to_sql).collect::<Result<Vec<_>, _>>())
             .transpose()?
             .unwrap_or_default();
+        let started = std::time::Instant::now();
         let mut prepared = conn.prepare_cached(&stmt.sql).map_err(query_err)?;
-        // For `RUST_LOG=custintel::db::reads=debug`: a statement run for the first time was
-        // just prepared (the cache did not hold it); one re-prepared was planned again.
-        tracing::debug!(
-            runs = prepared.get_status(rusqlite::StatementStatus::Run),
-            reprepared = prepared.get_status(rusqlite::StatementStatus::RePrepare),
-            sql = %stmt.sql,
-            "read"
-        );
         let columns: Vec<(String, Declared)> = prepared
             .columns()
             .iter()
@@ -269,6 +262,24 @@ impl ReadConnection {
             if at_most.is_some_and(|n| out.len() >= n) {
                 break;
             }
+        }
+        drop(rows);
+        // For `RUST_LOG=custintel::db::reads=debug`: a statement run for the first time was
+        // just prepared (the cache did not hold it); one re-prepared was planned again. Its
+        // virtual machine steps and full-scan steps measure its work whatever the machine's
+        // other load (the counters are reset for the next run).
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            use rusqlite::StatementStatus as S;
+            tracing::debug!(
+                runs = prepared.get_status(S::Run),
+                reprepared = prepared.get_status(S::RePrepare),
+                vm_steps = prepared.reset_status(S::VmStep),
+                fullscan_steps = prepared.reset_status(S::FullscanStep),
+                rows = out.len(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                sql = %stmt.sql,
+                "read"
+            );
         }
         // sea-orm makes rows of named values into its `QueryResult` only through its mock
         // database (the proxy driver's way does not build with this sea-query): handed the

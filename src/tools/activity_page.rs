@@ -18,7 +18,7 @@ use sea_orm::{
 };
 
 use super::{
-    common::{count_capped, count_examined, ListRequest, Total},
+    common::{count_capped, count_examined, CountedResidual, ListRequest, Total},
     record_counts::{self, KeptTotal},
     ToolContext, ToolResult,
 };
@@ -75,8 +75,8 @@ pub enum KnownTotal {
 
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
 /// `filter` holds the conditions an index serves, `residual` those checked row by row (trait
-/// values, name substrings), whose total counts only the first rows `filter` selects
-/// ([`count_examined`]). `known` is the total when it is known without counting the list (kept
+/// values, name substrings), and `counted_residual` the same as a count checks them, which
+/// counts only the first rows `filter` selects ([`count_examined`]). `known` is the total when it is known without counting the list (kept
 /// by triggers, or counted from the trait index) and the list has no other
 /// filter. `counted`, when given, replaces `filter` in the total: the same conditions written
 /// so an index serves the count, where `filter` writes one so that no index serves it and the
@@ -88,6 +88,7 @@ pub async fn activity_page<E>(
     filter: Condition,
     counted: Option<Condition>,
     residual: Option<Condition>,
+    counted_residual: Option<CountedResidual>,
     range: ActivityRange,
     known: Option<KnownTotal>,
     activity: E::Column,
@@ -118,10 +119,10 @@ where
         None => (bounded.clone(), active.clone(), never.clone()),
     };
     let count = |served: Condition| {
-        let residual = residual.clone();
+        let residual = counted_residual.clone();
         async move {
             match residual {
-                Some(r) => count_examined::<E, _>(db, served, r).await,
+                Some(r) => count_examined::<E, _>(db, served, &r).await,
                 None => count_capped(db, E::find().filter(served)).await,
             }
         }

@@ -204,44 +204,53 @@ where
 }
 
 /// Rows a count examines at most when part of its filter is one no index serves (trait values,
-/// a name substring): each such row is read and its filter evaluated, so the count's cost is
-/// bounded by this instead of by the table.
+/// a name substring): each such row is checked, so the count's cost is bounded by this instead
+/// of by the table.
 pub const EXAMINED_FOR_TOTAL: u64 = 5_000;
 
 /// The total of a list filtered by `served` (conditions an index answers) and `residual`
-/// (conditions checked row by row): the matches among the first [`EXAMINED_FOR_TOTAL`] rows
-/// `served` selects, exact when those are all of them.
+/// (conditions checked candidate by candidate): the matches among the first
+/// [`EXAMINED_FOR_TOTAL`] rows `served` selects, exact when those are all of them.
 ///
-/// The residual conditions are checked on those rows as a derived table named like the table
-/// (`FROM (SELECT ... LIMIT 5000) AS "users"`), so they read as written and the database reads
-/// 5,000 rows at most, instead of walking the table to test each row against a list of ids.
+/// One statement counts both, over the candidates as a derived table named like the table
+/// (`FROM (SELECT id, ... LIMIT 5000) AS "users"`), so the residual conditions read as written
+/// and the database reads 5,000 candidates at most. The derived table carries only `id` and
+/// the columns the residual reads: with none, the candidates come from index entries alone.
 pub async fn count_examined<E, C>(
     db: &C,
     served: sea_orm::Condition,
-    residual: sea_orm::Condition,
+    residual: &CountedResidual,
 ) -> Result<Total, sea_orm::DbErr>
 where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
-    use sea_orm::{sea_query::Alias, QuerySelect, QueryTrait};
-    let candidates = E::find()
-        .filter(served.clone())
-        .limit(EXAMINED_FOR_TOTAL)
-        .into_query();
+    use sea_orm::{
+        sea_query::{Alias, CaseStatement},
+        QuerySelect, QueryTrait,
+    };
+    let mut candidates = E::find().select_only().filter(served);
+    for column in std::iter::once("id").chain(residual.columns.iter().copied()) {
+        candidates = candidates.expr_as(Expr::col((E::default(), Alias::new(column))), column);
+    }
+    let candidates = candidates.limit(EXAMINED_FOR_TOTAL).into_query();
+    let matched = CaseStatement::new().case(residual.condition.clone(), Expr::val(1));
     let count = sea_orm::sea_query::Query::select()
-        .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
+        .expr_as(Expr::cust("COUNT(*)"), Alias::new("examined"))
+        .expr_as(Func::count(matched), Alias::new("n"))
         .from_subquery(candidates, Alias::new(E::default().table_name()))
-        .cond_where(residual)
         .to_owned();
     let statement = db.get_database_backend().build(&count);
-    let (matched, examined) = tokio::try_join!(
-        read_count(db, statement),
-        count_up_to(db, E::find().filter(served), EXAMINED_FOR_TOTAL)
-    )?;
+    let (examined, matched) = match db.query_one_raw(statement).await? {
+        Some(row) => (
+            row.try_get::<i64>("", "examined")?,
+            row.try_get::<i64>("", "n")?,
+        ),
+        None => (0, 0),
+    };
     Ok(Total {
-        count: matched,
-        exact: examined < EXAMINED_FOR_TOTAL,
+        count: u64::try_from(matched).unwrap_or(0),
+        exact: (examined as u64) < EXAMINED_FOR_TOTAL,
     })
 }
 
@@ -611,50 +620,125 @@ pub struct TraitLookup {
 }
 
 /// A list's conditions checked row by row (no index holds them): trait values and name
-/// substrings. `all` is what a row must pass; `unimplied` leaves out the trait whose rare
-/// value the list's candidates are ([`TraitLookup::rarest_key`]): it is what a count of those
-/// candidates still has to check.
+/// substrings, in two forms. A page checks them on the rows it reads anyway. A count
+/// ([`count_examined`]) checks them on thousands of candidates, where reading each row to
+/// test its traits was most of a call's time: there a trait value the trait index holds is a
+/// probe of that index by the candidate's id, which the candidates' own index entries give,
+/// and only the other conditions read the row. The triggers keep the index exact, so both forms
+/// select the same records.
 pub struct Residuals {
+    /// What a page's rows must pass.
     all: sea_orm::Condition,
-    unimplied: sea_orm::Condition,
+    /// The same, as a count checks it.
+    counted: CountedResidual,
+    /// The count's conditions without the trait whose rare value the list's candidates are
+    /// ([`TraitLookup::rarest_key`]): what a count of those candidates still has to check.
+    unimplied: CountedResidual,
+}
+
+/// Conditions a count checks on each candidate, and the columns of the candidates' rows they
+/// read besides `id` (none: the candidates' index entries are enough).
+#[derive(Clone)]
+pub struct CountedResidual {
+    pub condition: sea_orm::Condition,
+    pub columns: Vec<&'static str>,
+}
+
+impl CountedResidual {
+    fn new() -> Self {
+        Self {
+            condition: sea_orm::Condition::all(),
+            columns: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, cond: SimpleExpr, column: Option<&'static str>) {
+        let all = std::mem::replace(&mut self.condition, sea_orm::Condition::all());
+        self.condition = all.add(cond);
+        if let Some(c) = column.filter(|c| !self.columns.contains(c)) {
+            self.columns.push(c);
+        }
+    }
 }
 
 impl Residuals {
     /// The `traits` filter object's conditions.
     pub fn of_traits(
         ctx: &ToolContext,
-        table: &str,
+        table: &'static str,
         traits: &Option<Map<String, Value>>,
         lookup: &TraitLookup,
     ) -> ToolResult<Self> {
         let backend = ctx.state.db.get_database_backend();
         let mut me = Self {
             all: sea_orm::Condition::all(),
-            unimplied: sea_orm::Condition::all(),
+            counted: CountedResidual::new(),
+            unimplied: CountedResidual::new(),
         };
         for (key, value) in traits.iter().flat_map(|m| m.iter()) {
             let cond = trait_equals(backend, table, key, value)?;
+            let (counted, column) = match indexed_trait_value(value) {
+                Some(indexed) => (
+                    trait_index_probe(backend, &ctx.organization_id, table, key, indexed),
+                    None,
+                ),
+                None => (cond.clone(), Some("traits")),
+            };
             if lookup.rarest_key.as_deref() != Some(key.as_str()) {
-                me.unimplied = me.unimplied.add(cond.clone());
+                me.unimplied.add(counted.clone(), column);
             }
+            me.counted.add(counted, column);
             me.all = me.all.add(cond);
         }
         Ok(me)
     }
 
-    /// Adds a condition no index implies.
-    pub fn add(&mut self, cond: SimpleExpr) {
+    /// Adds a condition no index implies, which reads the row's `column`.
+    pub fn add(&mut self, cond: SimpleExpr, column: &'static str) {
         let all = std::mem::replace(&mut self.all, sea_orm::Condition::all());
         self.all = all.add(cond.clone());
-        let unimplied = std::mem::replace(&mut self.unimplied, sea_orm::Condition::all());
-        self.unimplied = unimplied.add(cond);
+        self.counted.add(cond.clone(), Some(column));
+        self.unimplied.add(cond, Some(column));
     }
 
-    /// (`all`, `unimplied`), each `None` when empty.
-    pub fn split(self) -> (Option<sea_orm::Condition>, Option<sea_orm::Condition>) {
-        let some = |c: sea_orm::Condition| (!c.is_empty()).then_some(c);
-        (some(self.all), some(self.unimplied))
+    /// (`all`, as a count checks it, the count's `unimplied`), each `None` when empty.
+    pub fn split(
+        self,
+    ) -> (
+        Option<sea_orm::Condition>,
+        Option<CountedResidual>,
+        Option<CountedResidual>,
+    ) {
+        let some = |c: CountedResidual| (!c.condition.is_empty()).then_some(c);
+        (
+            (!self.all.is_empty()).then_some(self.all),
+            some(self.counted),
+            some(self.unimplied),
+        )
     }
+}
+
+/// `EXISTS (...)`: the trait index holds this value of `key` for the record `"table"."id"`.
+fn trait_index_probe(
+    backend: DbBackend,
+    organization_id: &str,
+    table: &str,
+    key: &str,
+    indexed: String,
+) -> SimpleExpr {
+    let sql = format!(
+        "EXISTS (SELECT 1 FROM trait_values WHERE organization_id = ? AND record = ? \
+         AND trait_key = ? AND trait_value = ? AND record_id = \"{table}\".\"id\")"
+    );
+    Expr::cust_with_values(
+        crate::db::placeholders(backend, &sql),
+        [
+            organization_id.to_string(),
+            table.to_string(),
+            key.to_string(),
+            indexed,
+        ],
+    )
 }
 
 /// The keyset condition after `(t, id0)` in `ORDER BY column DESC, id DESC` (not null).

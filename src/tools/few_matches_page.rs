@@ -1,20 +1,24 @@
-//! Pages of customers or users whose matches are known to be few (a rare trait value, a
-//! narrow revenue range), most recently active first like every other page of those lists.
+//! Pages of customers or users whose candidates are known to be few (a rare trait value, a
+//! narrow revenue range, a name the name index finds in few customers), most recently active
+//! first like every other page of those lists.
 //!
 //! Walking the activity index for such a list reads past every non-matching row until a page
 //! is found (at a match in a thousand, 50,000 rows for a page of 50), and an index on the rare
 //! filter gives its matches in the wrong order. So the matches' sort keys (`id`,
 //! `last_activity_at`) are read at once through the filter's index, ordered here, and only the
-//! page's rows are read: the cost follows the number of matches, which the caller has counted
-//! (at most [`super::common::FEW_MATCHES`]) before choosing this path.
+//! page's rows are read: the cost follows the number of candidates, which the caller has
+//! counted (at most [`super::common::FEW_MATCHES`]) before choosing this path.
 
 use std::{cmp::Ordering, collections::HashMap};
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ColumnTrait, Condition, EntityTrait, ModelTrait, QueryFilter, QuerySelect};
+use sea_orm::{
+    sea_query::{CaseStatement, Expr, SimpleExpr},
+    ColumnTrait, Condition, EntityTrait, ModelTrait, QueryFilter, QuerySelect,
+};
 
 use super::{
-    common::{count_examined, ListRequest, Total},
+    common::{CountedResidual, ListRequest, Total},
     ToolContext, ToolError, ToolResult,
 };
 
@@ -25,6 +29,8 @@ type SortKey = (Option<DateTime<Utc>>, String);
 struct KeyRow {
     at: Option<DateTime<Utc>>,
     id: String,
+    /// 1 where the row passes the conditions `served` does not imply.
+    matched: i64,
 }
 
 /// `a` before `b` in `last_activity_at DESC NULLS LAST, id DESC`.
@@ -42,14 +48,17 @@ fn list_order(a: &SortKey, b: &SortKey) -> Ordering {
 /// the rows `served` selects that also pass `residual`, and the first page's total. `served`
 /// holds the conditions an index answers, the one that makes the matches few among them;
 /// `residual` those checked row by row (trait values, a name substring), and
-/// `counted_residual` those of them `served` does not already imply, which the total checks
-/// (none: the total is the number of matches `served` selects).
+/// `counted_residual` those of them `served` does not already imply, in the form a count
+/// checks (none: every row `served` selects matches).
+///
+/// The keys are read with whether each row matches, so the total is the number of matching
+/// keys (exact: every candidate was read) and the page reads only matching rows.
 pub async fn few_matches_page<E>(
     ctx: &ToolContext,
     req: &ListRequest,
     served: Condition,
     residual: Option<Condition>,
-    counted_residual: Option<Condition>,
+    counted_residual: Option<CountedResidual>,
     activity: E::Column,
     id: E::Column,
 ) -> ToolResult<(Vec<E::Model>, Total)>
@@ -58,35 +67,32 @@ where
     E::Model: Send + Sync,
 {
     let db = ctx.db().await?;
-    let keys = async {
-        // Read by column name: a read connection's rows are not positional (see db::Reads).
-        let mut keys: Vec<SortKey> = E::find()
-            .select_only()
-            .column_as(activity, "at")
-            .column_as(id, "id")
-            .filter(served.clone())
-            .into_model::<KeyRow>()
-            .all(db)
-            .await?
-            .into_iter()
-            .map(|k| (k.at, k.id))
-            .collect();
-        keys.sort_by(list_order);
-        Ok::<_, sea_orm::DbErr>(keys)
+    let matched: SimpleExpr = match &counted_residual {
+        Some(r) => CaseStatement::new()
+            .case(r.condition.clone(), Expr::val(1i64))
+            .finally(Expr::val(0i64))
+            .into(),
+        None => Expr::val(1i64).into(),
     };
-    let total = async {
-        match (&req.cursor, &counted_residual) {
-            (Some(c), _) => Ok::<_, sea_orm::DbErr>(Some(c.total())),
-            (None, Some(r)) => Ok(Some(
-                count_examined::<E, _>(db, served.clone(), r.clone()).await?,
-            )),
-            // Every key read is a match: the total is their number.
-            (None, None) => Ok(None),
-        }
+    // Read by column name: a read connection's rows are not positional (see db::Reads).
+    let mut keys: Vec<SortKey> = E::find()
+        .select_only()
+        .column_as(activity, "at")
+        .column_as(id, "id")
+        .expr_as(matched, "matched")
+        .filter(served)
+        .into_model::<KeyRow>()
+        .all(db)
+        .await?
+        .into_iter()
+        .filter(|k| k.matched == 1)
+        .map(|k| (k.at, k.id))
+        .collect();
+    keys.sort_by(list_order);
+    let total = match &req.cursor {
+        Some(c) => c.total(),
+        None => Total::exact(keys.len() as u64),
     };
-    let (keys, total) = tokio::join!(keys, total);
-    let (keys, total) = (keys?, total?);
-    let total = total.unwrap_or(Total::exact(keys.len() as u64));
 
     let start = match &req.cursor {
         Some(c) => {
@@ -95,8 +101,9 @@ where
         }
         None => 0,
     };
-    // The page's rows in the list's order, read a page of keys at a time; a chunk's rows that
-    // fail the residual conditions are skipped and the next chunk read.
+    // The page's rows in the list's order, read a page of keys at a time. The keys are matches
+    // already; the rows are checked again, and one changed since its key was read is skipped
+    // and the next chunk read.
     let want = req.limit as usize + 1;
     let mut rows = Vec::with_capacity(want);
     for keys in keys[start..].chunks(want) {

@@ -90,27 +90,34 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let trait_alone = no_other_filter && input.billing_status.is_none();
     let traits = rare_trait_candidates(ctx, "customers", &input.traits, trait_alone).await?;
     let mut residuals = Residuals::of_traits(ctx, "customers", &input.traits, &traits)?;
+    let mut named = false;
     if let Some(name) = &input.name {
-        residuals.add(contains_ci(Column::Name, name));
+        residuals.add(contains_ci(Column::Name, name), "name");
         if let Some(candidates) = name_index_candidates(ctx, name) {
             filter = filter.add(candidates);
+            named = true;
         }
     }
-    // Few matches (a rare trait value, a narrow revenue range): read those, then order them.
+    // Few matches (a rare trait value, a narrow revenue range, a name the name index finds in
+    // few customers): read those, then order them. Walking the activity index instead would
+    // test every customer of the organization against the few the name index found.
     let rare_trait = traits.candidates;
+    let few_counted = |served: Condition| async move {
+        let matches = count_up_to(
+            ctx.db().await?,
+            Entity::find().filter(served),
+            FEW_MATCHES + 1,
+        )
+        .await?;
+        Ok::<_, super::ToolError>(matches <= FEW_MATCHES)
+    };
     let narrow_revenue = match (&rare_trait, &revenue) {
-        (None, Some(revenue)) => {
-            let matches = count_up_to(
-                ctx.db().await?,
-                Entity::find().filter(filter.clone().add(revenue.indexed())),
-                FEW_MATCHES + 1,
-            )
-            .await?;
-            matches <= FEW_MATCHES
-        }
+        (None, Some(revenue)) => few_counted(filter.clone().add(revenue.indexed())).await?,
         _ => false,
     };
-    let few = (rare_trait.is_some() || narrow_revenue).then(|| {
+    let narrow_name =
+        named && rare_trait.is_none() && !narrow_revenue && few_counted(filter.clone()).await?;
+    let few = (rare_trait.is_some() || narrow_revenue || narrow_name).then(|| {
         let mut served = filter.clone();
         if let Some(candidates) = rare_trait {
             served = served.add(candidates);
@@ -129,7 +136,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         })
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
-    let (residual, unimplied) = residuals.split();
+    let (residual, counted_residual, unimplied) = residuals.split();
     let (rows, total) = match (few, revenue) {
         (Some(few), _) => {
             let served = few.add(range.condition(Column::LastActivityAt));
@@ -159,6 +166,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 filter,
                 counted,
                 residual,
+                counted_residual,
                 range,
                 known,
                 Column::LastActivityAt,

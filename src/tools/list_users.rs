@@ -118,7 +118,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
     if let Some(name) = &input.name {
-        residuals.add(contains_ci(Column::Name, name));
+        residuals.add(contains_ci(Column::Name, name), "name");
     }
     // Filtered by the counted column alone, the total is kept; by one trait value alone, the
     // trait index counted it.
@@ -129,7 +129,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         })
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
-    let (residual, unimplied) = residuals.split();
+    let (residual, counted_residual, unimplied) = residuals.split();
     let (rows, total) = match rare_trait {
         // A rare trait value: read its few users, then order them.
         Some(candidates) => {
@@ -154,6 +154,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 filter,
                 None,
                 residual,
+                counted_residual,
                 range,
                 known,
                 Column::LastActivityAt,
