@@ -13,7 +13,7 @@ use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
-        rare_trait_candidates, ListRequest, Residuals, FEW_MATCHES,
+        rare_trait_candidates, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT, FEW_MATCHES,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -111,7 +111,24 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .await?;
         Ok::<_, super::ToolError>(matches <= FEW_MATCHES)
     };
+    // A revenue range beside nothing but a billing status: its count is the list's total too,
+    // so it is counted to where totals stop being exact, once.
+    let revenue_alone = input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.name.is_none()
+        && input.traits.as_ref().is_none_or(Map::is_empty);
+    let mut revenue_total = None;
     let narrow_revenue = match (&rare_trait, &revenue) {
+        (None, Some(revenue)) if revenue_alone => {
+            let matches = count_up_to(
+                ctx.db().await?,
+                Entity::find().filter(filter.clone().add(revenue.indexed())),
+                Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1,
+            )
+            .await?;
+            revenue_total = Some(Total::capped(matches));
+            matches <= FEW_MATCHES
+        }
         (None, Some(revenue)) => few_counted(filter.clone().add(revenue.indexed())).await?,
         _ => false,
     };
@@ -128,14 +145,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         served
     });
     // Filtered by the counted column alone, the total is kept; by one trait value alone, the
-    // trait index counted it.
+    // trait index counted it; by a revenue range (and a status) alone, it was counted above.
     let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
         KnownTotal::Kept(KeptTotal {
             record: "customers",
             bucket: input.billing_status.map(BillingStatus::as_str),
         })
     });
-    let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
+    let known = kept
+        .or(traits.counted_alone.map(KnownTotal::Counted))
+        .or(revenue_total.map(KnownTotal::Counted));
     let (residual, counted_residual, unimplied) = residuals.split();
     let (rows, total) = match (few, revenue) {
         (Some(few), _) => {
