@@ -45,12 +45,6 @@ impl Workers {
             )
         });
         tasks.extend(crate::db::spawn_wal_checkpointer(&state.db));
-        match crate::tools::allowance::own_usage_file(&state.db).await {
-            Ok(usage) => tasks.extend(usage.as_ref().and_then(crate::db::spawn_wal_checkpointer)),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not open the tool-call usage file at start")
-            }
-        }
         // The planner's statistics: missing ones at start (a database filled before this
         // version, or by another process), stale ones as tables grow.
         tasks.push(crate::db::statistics::spawn_refresher(state.db.clone()));

@@ -121,20 +121,13 @@ pub async fn usage_db(main: &DatabaseConnection) -> Result<DatabaseConnection, D
         .await
         .map_err(|e| DbErr::Custom(format!("cannot open the usage file {url}: {e}")))?;
     prepare_own_file(main, &file).await?;
+    // Every call writes a page to this file: without checkpoints of its own (the main file's
+    // run in the workers) its WAL grew by about 100 MiB a minute of calls, up to the
+    // commit-time backstop. Started here, at the first use, so an earlier version's counts
+    // are still moved in by the first call after an upgrade.
+    let _ = crate::db::spawn_wal_checkpointer(&file);
     opened.insert(opened_as, Some(file.clone()));
     Ok(file)
-}
-
-/// The usage file's own pool, when `main` is a SQLite file (`None`: the counts are in `main`).
-/// Its WAL needs checkpoints of its own: every call writes a page there, and with only the
-/// commit-time backstop the file's WAL grew to about 100 MiB in a minute of calls.
-pub async fn own_usage_file(
-    main: &DatabaseConnection,
-) -> Result<Option<DatabaseConnection>, DbErr> {
-    if crate::db::sqlite_file(main).await?.is_none() {
-        return Ok(None);
-    }
-    usage_db(main).await.map(Some)
 }
 
 /// Creates the usage file's table and moves in the counts an earlier version kept in the main

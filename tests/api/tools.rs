@@ -1637,7 +1637,7 @@ async fn usage_file_wal_stays_small() {
         .await
         .expect("sqlite app");
     let org = app.org("Chatty").await;
-    for _ in 0..400 {
+    for _ in 0..600 {
         let r = tool(&app, &org.api_key, "svc_list_workspace_users", json!({})).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     }
@@ -1650,6 +1650,7 @@ async fn usage_file_wal_stays_small() {
     wal.push("-wal");
     let wal = std::path::PathBuf::from(wal);
     let bytes = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-    // Without checkpoints: a page or two of 8 KiB per call, 3-6 MiB for these calls.
-    assert!(bytes < 1 << 20, "{} holds {bytes} bytes", wal.display());
+    // Without checkpoints: at least a page of 8 KiB per call, 4.7 MiB or more for these calls;
+    // with them, what the calls of a few checkpoint intervals wrote (more on a busy machine).
+    assert!(bytes < 5 << 19, "{} holds {bytes} bytes", wal.display());
 }
