@@ -69,16 +69,17 @@ impl ActivityRange {
 pub enum KnownTotal {
     /// Kept by the `record_counts` triggers: a list filtered by a stage or status alone.
     Kept(KeptTotal),
-    /// Already counted: the records with one trait value, from the trait index.
+    /// Already counted: the records with one trait value (from the trait index), or the
+    /// customers in a revenue range (from its index).
     Counted(Total),
 }
 
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
 /// `filter` holds the conditions an index serves, `residual` those checked row by row (trait
 /// values, name substrings), and `counted_residual` the same as a count checks them, which
-/// counts only the first rows `filter` selects ([`count_examined`]). `known` is the total when it is known without counting the list (kept
-/// by triggers, or counted from the trait index) and the list has no other
-/// filter. `counted`, when given, replaces `filter` in the total: the same conditions written
+/// counts only the first rows `filter` selects ([`count_examined`]). `known` is the total when
+/// it is known already: kept by triggers, or counted by the caller (one trait value in the
+/// trait index, a revenue range in its index) when that was the list's only filter. `counted`, when given, replaces `filter` in the total: the same conditions written
 /// so an index serves the count, where `filter` writes one so that no index serves it and the
 /// page walks the activity index (a wide revenue range: see `svc_list_customers`).
 #[allow(clippy::too_many_arguments)]
