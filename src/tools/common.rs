@@ -225,19 +225,15 @@ where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
-    use sea_orm::{
-        sea_query::{Alias, CaseStatement},
-        QuerySelect, QueryTrait,
-    };
+    use sea_orm::{sea_query::Alias, QuerySelect, QueryTrait};
     let mut candidates = E::find().select_only().filter(served);
     for column in std::iter::once("id").chain(residual.columns.iter().copied()) {
         candidates = candidates.expr_as(Expr::col((E::default(), Alias::new(column))), column);
     }
     let candidates = candidates.limit(EXAMINED_FOR_TOTAL).into_query();
-    let matched = CaseStatement::new().case(residual.condition.clone(), Expr::val(1));
     let count = sea_orm::sea_query::Query::select()
         .expr_as(Expr::cust("COUNT(*)"), Alias::new("examined"))
-        .expr_as(Func::count(matched), Alias::new("n"))
+        .expr_as(Func::count(residual.passes()), Alias::new("n"))
         .from_subquery(candidates, Alias::new(E::default().table_name()))
         .to_owned();
     let statement = db.get_database_backend().build(&count);
@@ -645,6 +641,13 @@ pub struct CountedResidual {
 }
 
 impl CountedResidual {
+    /// `CASE WHEN <conditions> THEN 1 END`: 1 for a candidate that passes, null otherwise.
+    pub fn passes(&self) -> SimpleExpr {
+        sea_orm::sea_query::CaseStatement::new()
+            .case(self.condition.clone(), Expr::val(1i64))
+            .into()
+    }
+
     fn new() -> Self {
         Self {
             condition: sea_orm::Condition::all(),

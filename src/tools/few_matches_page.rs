@@ -13,7 +13,7 @@ use std::{cmp::Ordering, collections::HashMap};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    sea_query::{CaseStatement, Expr, SimpleExpr},
+    sea_query::{Expr, SimpleExpr},
     ColumnTrait, Condition, EntityTrait, ModelTrait, QueryFilter, QuerySelect,
 };
 
@@ -29,8 +29,8 @@ type SortKey = (Option<DateTime<Utc>>, String);
 struct KeyRow {
     at: Option<DateTime<Utc>>,
     id: String,
-    /// 1 where the row passes the conditions `served` does not imply.
-    matched: i64,
+    /// 1 where the row passes the conditions `served` does not imply, null otherwise.
+    matched: Option<i64>,
 }
 
 /// `a` before `b` in `last_activity_at DESC NULLS LAST, id DESC`.
@@ -68,10 +68,7 @@ where
 {
     let db = ctx.db().await?;
     let matched: SimpleExpr = match &counted_residual {
-        Some(r) => CaseStatement::new()
-            .case(r.condition.clone(), Expr::val(1i64))
-            .finally(Expr::val(0i64))
-            .into(),
+        Some(r) => r.passes(),
         None => Expr::val(1i64).into(),
     };
     // Read by column name: a read connection's rows are not positional (see db::Reads).
@@ -85,7 +82,7 @@ where
         .all(db)
         .await?
         .into_iter()
-        .filter(|k| k.matched == 1)
+        .filter(|k| k.matched == Some(1))
         .map(|k| (k.at, k.id))
         .collect();
     keys.sort_by(list_order);

@@ -98,7 +98,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             filter = filter.add(contains_ci(Column::Name, name));
         } else {
             residuals.add(contains_ci(Column::Name, name), "name");
-            if let Some(candidates) = name_index_candidates(ctx, name) {
+            if let Some(candidates) = name_index_candidates(name) {
                 filter = filter.add(candidates);
                 named = true;
             }
@@ -108,14 +108,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.
     let rare_trait = traits.candidates;
-    let few_counted = |served: Condition| async move {
-        let matches = count_up_to(
-            ctx.db().await?,
-            Entity::find().filter(served),
-            FEW_MATCHES + 1,
-        )
-        .await?;
-        Ok::<_, super::ToolError>(matches <= FEW_MATCHES)
+    let matches_up_to = |served: Condition, cap: u64| async move {
+        let db = ctx.db().await?;
+        Ok::<_, super::ToolError>(count_up_to(db, Entity::find().filter(served), cap).await?)
     };
     // A revenue range beside nothing but a billing status: its count is the list's total too,
     // so it is counted to where totals stop being exact, once.
@@ -125,21 +120,23 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.traits.as_ref().is_none_or(Map::is_empty);
     let mut revenue_total = None;
     let narrow_revenue = match (&rare_trait, &revenue) {
-        (None, Some(revenue)) if revenue_alone => {
-            let matches = count_up_to(
-                ctx.db().await?,
-                Entity::find().filter(filter.clone().add(revenue.indexed())),
-                Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1,
-            )
-            .await?;
-            revenue_total = Some(Total::capped(matches));
+        (None, Some(revenue)) => {
+            let served = filter.clone().add(revenue.indexed());
+            let matches = if revenue_alone {
+                let n = matches_up_to(served, Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1).await?;
+                revenue_total = Some(Total::capped(n));
+                n
+            } else {
+                matches_up_to(served, FEW_MATCHES + 1).await?
+            };
             matches <= FEW_MATCHES
         }
-        (None, Some(revenue)) => few_counted(filter.clone().add(revenue.indexed())).await?,
         _ => false,
     };
-    let narrow_name =
-        named && rare_trait.is_none() && !narrow_revenue && few_counted(filter.clone()).await?;
+    let narrow_name = named
+        && rare_trait.is_none()
+        && !narrow_revenue
+        && matches_up_to(filter.clone(), FEW_MATCHES + 1).await? <= FEW_MATCHES;
     let few = (rare_trait.is_some() || narrow_revenue || narrow_name).then(|| {
         let mut served = filter.clone();
         if let Some(candidates) = rare_trait {
@@ -251,17 +248,13 @@ impl Revenue {
     }
 }
 
-/// On SQLite, `customers.id IN (ids whose name the trigram index matches)`: the lookup then
+/// SQLite: `customers.id IN (ids whose name the trigram index matches)`: the lookup then
 /// reads only those customers instead of every customer of the organization. The index may
 /// hold stale names (see the `customer_name_search` migration), so this only narrows the
 /// candidates; the `LIKE` on the real name still decides. `None` where the index cannot help:
 /// needles under three characters (trigram lookups need three), needles with `LIKE` wildcards
-/// or escapes, and PostgreSQL, whose trigram index on `lower(name)` (where `pg_trgm` could be
-/// installed: migration `customer_name_trigrams`) serves the `LIKE` itself.
-fn name_index_candidates(ctx: &ToolContext, needle: &str) -> Option<SimpleExpr> {
-    if ctx.state.db.get_database_backend() != DbBackend::Sqlite {
-        return None;
-    }
+/// or escapes. (PostgreSQL's trigram index on `lower(name)` serves the `LIKE` itself.)
+fn name_index_candidates(needle: &str) -> Option<SimpleExpr> {
     let needle = needle.trim().to_lowercase();
     if needle.chars().count() < 3 || needle.contains(['%', '_', '\\']) {
         return None;
