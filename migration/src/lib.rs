@@ -26,6 +26,7 @@ mod m20261127_020000_postgres_activity_revenue_keys;
 mod m20261127_030000_postgres_journal_text;
 mod m20261127_040000_postgres_message_keys;
 mod m20261127_050000_users_with_traits_activity;
+mod m20261127_060000_user_name_search;
 
 pub struct Migrator;
 
@@ -58,6 +59,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_030000_postgres_journal_text::Migration),
             Box::new(m20261127_040000_postgres_message_keys::Migration),
             Box::new(m20261127_050000_users_with_traits_activity::Migration),
+            Box::new(m20261127_060000_user_name_search::Migration),
         ]
     }
 }

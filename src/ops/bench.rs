@@ -669,6 +669,12 @@ fn cases() -> Vec<Case> {
             |s, r| json!({"email": format!("USER{}@example.com", r.gen_range(0..s.scale.users))}),
         ),
         tool(
+            "list_users name",
+            t,
+            "svc_list_users",
+            |s, r| json!({"name": format!("user {}", r.gen_range(0..s.scale.users))}),
+        ),
+        tool(
             "get_timeline 30d",
             t,
             "svc_get_timeline",

@@ -3,7 +3,7 @@
 use chrono::Utc;
 use entity::customer::{Column, Entity};
 use sea_orm::{
-    sea_query::{Expr, ExprTrait, SimpleExpr},
+    sea_query::{Expr, ExprTrait},
     ColumnTrait, Condition, DbBackend, EntityTrait, QueryFilter,
 };
 use serde::Deserialize;
@@ -12,8 +12,9 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, contains_ci, count_up_to, key_time_opt, parse_duration,
-        rare_trait_candidates, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT, FEW_MATCHES,
+        check_fields, count_up_to, filter_by_name, key_time_opt, parse_duration,
+        rare_trait_candidates, ListRequest, Residuals, Total, CUSTOMER_NAMES, EXACT_TOTAL_LIMIT,
+        FEW_MATCHES,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -90,20 +91,20 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let trait_alone = no_other_filter && input.billing_status.is_none();
     let traits = rare_trait_candidates(ctx, "customers", &input.traits, trait_alone).await?;
     let mut residuals = Residuals::of_traits(ctx, "customers", &input.traits, &traits)?;
-    let mut named = false;
-    if let Some(name) = &input.name {
-        if ctx.state.db.get_database_backend() == DbBackend::Postgres {
-            // Served by its trigram index, in the count as in the page: as a condition checked
-            // row by row, the count would test the organization's first 5,000 customers only.
-            filter = filter.add(contains_ci(Column::Name, name));
-        } else {
-            residuals.add(contains_ci(Column::Name, name), "name");
-            if let Some(candidates) = name_index_candidates(name) {
-                filter = filter.add(candidates);
-                named = true;
-            }
+    let named = match &input.name {
+        Some(name) => {
+            filter_by_name(
+                ctx,
+                &CUSTOMER_NAMES,
+                Column::Name,
+                name,
+                &mut filter,
+                &mut residuals,
+            )
+            .await?
         }
-    }
+        None => false,
+    };
     // Few matches (a rare trait value, a narrow revenue range, a name the name index finds in
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.
@@ -133,11 +134,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         }
         _ => false,
     };
-    let narrow_name = named
-        && rare_trait.is_none()
-        && !narrow_revenue
-        && matches_up_to(filter.clone(), FEW_MATCHES + 1).await? <= FEW_MATCHES;
-    let few = (rare_trait.is_some() || narrow_revenue || narrow_name).then(|| {
+    let few = (rare_trait.is_some() || narrow_revenue || named).then(|| {
         let mut served = filter.clone();
         if let Some(candidates) = rare_trait {
             served = served.add(candidates);
@@ -246,22 +243,4 @@ impl Revenue {
         }
         cond
     }
-}
-
-/// SQLite: `customers.id IN (ids whose name the trigram index matches)`: the lookup then
-/// reads only those customers instead of every customer of the organization. The index may
-/// hold stale names (see the `customer_name_search` migration), so this only narrows the
-/// candidates; the `LIKE` on the real name still decides. `None` where the index cannot help:
-/// needles under three characters (trigram lookups need three), needles with `LIKE` wildcards
-/// or escapes. (PostgreSQL's trigram index on `lower(name)` serves the `LIKE` itself.)
-fn name_index_candidates(needle: &str) -> Option<SimpleExpr> {
-    let needle = needle.trim().to_lowercase();
-    if needle.chars().count() < 3 || needle.contains(['%', '_', '\\']) {
-        return None;
-    }
-    Some(Expr::cust_with_values(
-        "\"customers\".\"id\" IN \
-         (SELECT customer_id FROM customer_name_search WHERE name LIKE ?)",
-        [format!("%{needle}%")],
-    ))
 }

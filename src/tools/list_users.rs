@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        carries_traits, check_fields, contains_ci, key_time_opt, parse_duration,
-        rare_trait_candidates, resolve_customer, ListRequest, Residuals,
+        carries_traits, check_fields, filter_by_name, key_time_opt, parse_duration,
+        rare_trait_candidates, resolve_customer, ListRequest, Residuals, USER_NAMES,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -117,9 +117,20 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
-    if let Some(name) = &input.name {
-        residuals.add(contains_ci(Column::Name, name), "name");
-    }
+    let named = match &input.name {
+        Some(name) => {
+            filter_by_name(
+                ctx,
+                &USER_NAMES,
+                Column::Name,
+                name,
+                &mut filter,
+                &mut residuals,
+            )
+            .await?
+        }
+        None => false,
+    };
     // Filtered by the counted column alone, the total is kept; by one trait value alone, the
     // trait index counted it.
     let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
@@ -130,12 +141,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
     let (residual, counted_residual, unimplied) = residuals.split();
-    let (rows, total) = match rare_trait {
-        // A rare trait value: read its few users, then order them.
-        Some(candidates) => {
-            let served = filter
-                .add(candidates)
-                .add(range.condition(Column::LastActivityAt));
+    // A rare trait value or a rare name: read the few users, then order them.
+    let few = match rare_trait {
+        Some(candidates) => Some(filter.clone().add(candidates)),
+        // A name the name index finds in few users: walking the activity index instead would
+        // test every user of the organization against them.
+        None => named.then(|| filter.clone()),
+    };
+    let (rows, total) = match few {
+        Some(served) => {
+            let served = served.add(range.condition(Column::LastActivityAt));
             few_matches_page::<Entity>(
                 ctx,
                 &req,

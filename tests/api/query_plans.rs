@@ -354,7 +354,7 @@ fn faults(
             // times, and probes the key once the table is larger than a few hundred pages.
             let by_ids = backend == DbBackend::Postgres
                 && sql.contains(&format!("WHERE \"{table}\".\"id\" IN ("));
-            if whole && !by_ids {
+            if whole && !by_ids && !stops_early(plan, line) {
                 faults.push(format!("reads all of {table}: {text}"));
             }
         }
@@ -392,6 +392,32 @@ fn faults(
         }
     }
     faults
+}
+
+/// PostgreSQL: whether the scan `line` of `plan` sits under a `Limit` the planner expects to
+/// reach before the scan's end (a capped count of a common match: the scan stops at the cap).
+fn stops_early(plan: &[String], line: &str) -> bool {
+    let rows = |l: &str| -> Option<u64> {
+        let at = l.find(" rows=")? + 6;
+        l[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let Some(at) = plan.iter().position(|l| l == line) else {
+        return false;
+    };
+    let limit = plan[..at]
+        .iter()
+        .rev()
+        .find(|l| !l.trim_start().starts_with("Filter:"));
+    match (limit, rows(line)) {
+        (Some(limit), Some(scanned)) if limit.contains("Limit ") => {
+            rows(limit).is_some_and(|cap| cap < scanned)
+        }
+        _ => false,
+    }
 }
 
 /// A cursor into the middle of a list ordered by last activity: as the service hands them out
@@ -468,6 +494,24 @@ fn calls() -> Vec<Call> {
             "list_users activeWithin",
             "svc_list_users",
             json!({"activeWithin": "2h"}),
+            false,
+        ),
+        Call(
+            "list_users narrow name",
+            "svc_list_users",
+            json!({"name": "user 3456"}),
+            false,
+        ),
+        Call(
+            "list_users common name",
+            "svc_list_users",
+            json!({"name": "user"}),
+            false,
+        ),
+        Call(
+            "list_customers narrow name",
+            "svc_list_customers",
+            json!({"name": "company 345"}),
             false,
         ),
         Call(
@@ -603,6 +647,11 @@ async fn plans_use_indexes(backend: Backend) {
     let mut failures = Vec::new();
     let mut explained = 0;
     for Call(label, tool, input, per_customer) in calls() {
+        if backend == DbBackend::Postgres && label == "list_customers narrow name" {
+            // At 4,000 customers PostgreSQL reads the table whole (cost 210) rather than its
+            // trigram index; the users' name case (40,000 users) shows the index serving there.
+            continue;
+        }
         captured.lock().expect("captured").clear();
         tools::call(ctx.clone(), tool, Some(input.clone()))
             .await
@@ -623,9 +672,9 @@ async fn plans_use_indexes(backend: Backend) {
                 0
             };
             let mut found = faults(backend, sql, &plan, per_customer, sorted_matches);
-            // A list with few matches (a rare trait value, a narrow revenue range) reads them
-            // and orders them: no statement walks the organization's records in activity
-            // order past the non-matching ones.
+            // A list with few matches (a rare trait value, a narrow revenue range, a rare name)
+            // reads them and orders them: no statement walks the organization's records in
+            // activity order past the non-matching ones.
             if (label.contains("rare trait") || label.contains("narrow"))
                 && !sql.contains("COUNT(*)")
             {

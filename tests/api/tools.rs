@@ -882,15 +882,14 @@ db_test!(
     }
 );
 
-/// Every page of `svc_list_customers`, following `nextCursor`, and the first page's
-/// pagination.
-async fn all_pages(app: &TestApp, key: &str, input: &Value) -> (Vec<String>, Value) {
+/// Every page of a list tool, following `nextCursor`, and the first page's pagination.
+async fn all_pages(app: &TestApp, key: &str, list: &str, input: &Value) -> (Vec<String>, Value) {
     let mut ids = Vec::new();
     let mut input = input.clone();
     input["limit"] = json!(400);
     let mut first = None;
     loop {
-        let r = tool(app, key, "svc_list_customers", input.clone()).await;
+        let r = tool(app, key, list, input.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
         ids.extend(field(&r, "id"));
         first.get_or_insert_with(|| r.body["pagination"].clone());
@@ -1038,7 +1037,8 @@ db_test!(
                 .then_with(|| b.id.cmp(&a.id))
             });
             let expected: Vec<String> = expected.iter().map(|c| c.id.clone()).collect();
-            let (ids, pagination) = all_pages(&app, &org.api_key, &input).await;
+            let (ids, pagination) =
+                all_pages(&app, &org.api_key, "svc_list_customers", &input).await;
             assert_eq!(ids.len(), expected.len(), "{input}");
             assert!(ids == expected, "{input}: the list's order differs");
             if pagination["totalExact"] == true {
@@ -1056,6 +1056,132 @@ db_test!(
                 && input.as_object().is_some_and(|i| i.len() == 1)
             {
                 // A trait value alone is counted exactly (up to 10,000 matches).
+                assert_eq!(pagination["totalExact"], true, "{input}");
+            }
+        }
+    }
+);
+
+db_test!(
+    user_lists_by_name_agree_whichever_way_they_are_read,
+    |app: TestApp| async move {
+        // More users than a list with few matches may have: a rare name reads the users the
+        // name index finds, a common one walks the activity index; both give the lists a
+        // filter over every user gives, in order, and nothing of the organization beside.
+        let org = app.org("Named Users").await;
+        let other = app.org("Beside").await;
+        let times: Vec<String> = (0..40).map(ago).collect();
+        let book = |n: usize, beside: bool| {
+            let customers = (0..20).map(|c| {
+                json!({"kind": "customer", "domain": format!("n{c}.example.com"),
+                "name": format!("Company {c}")})
+            });
+            let users = (0..n).map(|u| {
+                // Some users have no name, some a name too short for the trigram index.
+                let name = match u % 11 {
+                    0 => Value::Null,
+                    1 => json!(format!("U{}", u % 10)),
+                    _ if beside => json!(format!("Only Beside {u}")),
+                    _ => json!(format!("User {u}")),
+                };
+                let active = (u % 7 != 0).then(|| times[u % 40].clone());
+                let role = ["admin", "member", "viewer"][u % 3];
+                json!({"kind": "user", "customer": format!("n{}.example.com", u % 20),
+                "email": format!("user{u}@n{}.example.com", u % 20), "name": name,
+                "stage": if u % 2 == 0 { "engaged" } else { "activated" },
+                "traits": {"role": role},
+                "lastActivityAt": active})
+            });
+            customers
+                .chain(users)
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for (o, n, beside) in [(&org, 7_000, false), (&other, 300, true)] {
+            let report = import::import_text(&app.db, &o.organization_id, &book(n, beside))
+                .await
+                .expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        }
+        // A renamed user is found by the new name only.
+        let renamed = entity::user::Entity::update_many()
+            .col_expr(
+                entity::user::Column::Name,
+                sea_orm::sea_query::Expr::value("Renamed Person"),
+            )
+            .filter(entity::user::Column::OrganizationId.eq(&org.organization_id))
+            .filter(entity::user::Column::Name.eq("User 123"))
+            .exec(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(renamed.rows_affected, 1);
+        let rows = entity::user::Entity::find()
+            .filter(entity::user::Column::OrganizationId.eq(&org.organization_id))
+            .all(&app.db)
+            .await
+            .unwrap();
+        let now = Utc::now();
+        let named = |needle: &'static str| {
+            move |u: &entity::user::Model| {
+                u.name
+                    .as_ref()
+                    .is_some_and(|n| n.to_lowercase().contains(needle))
+            }
+        };
+        let cases: Vec<(Value, Box<dyn Fn(&entity::user::Model) -> bool>)> = vec![
+            // Few (111 matches, the renamed one no more), many (5,727), none.
+            (json!({"name": "user 12"}), Box::new(named("user 12"))),
+            (json!({"name": "USER"}), Box::new(named("user"))),
+            (json!({"name": "renamed"}), Box::new(named("renamed"))),
+            (
+                json!({"name": "only beside"}),
+                Box::new(named("only beside")),
+            ),
+            // Too short for the index; a wildcard taken literally.
+            (json!({"name": "u3"}), Box::new(named("u3"))),
+            (json!({"name": "user 1%"}), Box::new(named("user 1%"))),
+            (
+                json!({"name": "user 1", "traits": {"role": "admin"}, "activeWithin": "30d"}),
+                Box::new(move |u| {
+                    named("user 1")(u)
+                        && u.traits["role"] == "admin"
+                        && u.last_activity_at
+                            .is_some_and(|t| t >= now - Duration::days(30))
+                }),
+            ),
+            (
+                json!({"name": "user 2", "stage": "engaged", "customer": "n4.example.com"}),
+                Box::new(|u| {
+                    named("user 2")(u)
+                        && u.stage == "engaged"
+                        && u.email
+                            .as_deref()
+                            .is_some_and(|e| e.ends_with("@n4.example.com"))
+                }),
+            ),
+        ];
+        for (input, keep) in cases {
+            let mut expected: Vec<&entity::user::Model> = rows.iter().filter(|u| keep(u)).collect();
+            expected.sort_by(|a, b| {
+                b.last_activity_at
+                    .cmp(&a.last_activity_at)
+                    .then_with(|| b.id.cmp(&a.id))
+            });
+            let expected: Vec<String> = expected.iter().map(|u| u.id.clone()).collect();
+            let (ids, pagination) = all_pages(&app, &org.api_key, "svc_list_users", &input).await;
+            assert_eq!(ids.len(), expected.len(), "{input}");
+            assert!(ids == expected, "{input}: the list's order differs");
+            if pagination["totalExact"] == true {
+                assert_eq!(pagination["total"], expected.len(), "{input}");
+            } else {
+                assert!(pagination["total"].as_u64() <= Some(expected.len() as u64));
+            }
+            let indexed = input["name"]
+                .as_str()
+                .is_some_and(|n| n.len() >= 3 && !n.contains('%'));
+            if indexed && expected.len() <= 5_000 {
+                // A name the name index finds in few users is counted exactly.
                 assert_eq!(pagination["totalExact"], true, "{input}");
             }
         }
