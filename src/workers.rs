@@ -44,7 +44,10 @@ impl Workers {
                 state.integrations.clone(),
             )
         });
-        tasks.extend(crate::db::spawn_wal_checkpointer(&state.db));
+        tasks.extend(crate::db::spawn_wal_checkpointer(
+            &state.db,
+            crate::db::WalUpkeep::Passive,
+        ));
         // The planner's statistics: missing ones at start (a database filled before this
         // version, or by another process), stale ones as tables grow.
         tasks.push(crate::db::statistics::spawn_refresher(state.db.clone()));
@@ -60,7 +63,11 @@ impl Workers {
                 None
             }
         };
-        tasks.extend(on_file.and_then(crate::db::spawn_wal_checkpointer));
+        tasks.extend(
+            on_file.and_then(|db| {
+                crate::db::spawn_wal_checkpointer(db, crate::db::WalUpkeep::Passive)
+            }),
+        );
         // Applying effects, evaluating signals and working automation runs give way to
         // requests on a saturated machine: a runtime of their own at a lower priority, and on a
         // SQLite file connections of their own opened there (PostgreSQL does their database

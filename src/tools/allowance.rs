@@ -123,9 +123,10 @@ pub async fn usage_db(main: &DatabaseConnection) -> Result<DatabaseConnection, D
     prepare_own_file(main, &file).await?;
     // Every call writes a page to this file: without checkpoints of its own (the main file's
     // run in the workers) its WAL grew by about 100 MiB a minute of calls, up to the
-    // commit-time backstop. Started here, at the first use, so an earlier version's counts
-    // are still moved in by the first call after an upgrade.
-    let _ = crate::db::spawn_wal_checkpointer(&file);
+    // commit-time backstop; with checkpoints that wait for nobody, by as much while the calls
+    // never paused. Started here, at the first use, so an earlier version's counts are still
+    // moved in by the first call after an upgrade.
+    let _ = crate::db::spawn_wal_checkpointer(&file, crate::db::WalUpkeep::RestartPast(64));
     opened.insert(opened_as, Some(file.clone()));
     Ok(file)
 }
