@@ -357,13 +357,13 @@ const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 pub enum WalUpkeep {
     /// Copy committed pages into the database file, waiting for no reader or writer.
     Passive,
-    /// As `Passive`, and once the WAL holds more than this many pages, start it over
-    /// (`RESTART`: it waits for readers of older snapshots and holds writers back meanwhile,
-    /// a copy of a few pages and an fsync). For a file whose writers never pause: a WAL starts
-    /// over only when a writer finds it wholly copied, which under a steady stream of commits
-    /// does not happen, and it grew by the size of every commit (140 MB of tool-call counts
-    /// in two minutes of 8 callers).
-    RestartPast(i64),
+    /// As `Passive`, and once the WAL holds more than this many pages, empty it (`TRUNCATE`:
+    /// it waits for readers of older snapshots and holds writers back meanwhile, a copy of a
+    /// few pages and an fsync). For a file whose writers never pause: a WAL starts over only
+    /// when a writer finds it wholly copied, which under a steady stream of commits does not
+    /// happen, so it grew by the size of every commit (140 MB of tool-call counts in two
+    /// minutes of 8 callers), and a WAL that starts over keeps its file's size.
+    TruncatePast(i64),
 }
 
 /// SQLite: checkpoints the WAL every [`WAL_CHECKPOINT_EVERY`] on a connection of its own
@@ -400,9 +400,9 @@ pub fn spawn_wal_checkpointer(
         loop {
             tokio::time::sleep(WAL_CHECKPOINT_EVERY).await;
             let mut done = checkpoint("PASSIVE").await;
-            if let (Ok(pages), WalUpkeep::RestartPast(limit)) = (&done, upkeep) {
+            if let (Ok(pages), WalUpkeep::TruncatePast(limit)) = (&done, upkeep) {
                 if *pages > limit {
-                    done = checkpoint("RESTART").await;
+                    done = checkpoint("TRUNCATE").await;
                 }
             }
             match done {

@@ -126,7 +126,7 @@ pub async fn usage_db(main: &DatabaseConnection) -> Result<DatabaseConnection, D
     // commit-time backstop; with checkpoints that wait for nobody, by as much while the calls
     // never paused. Started here, at the first use, so an earlier version's counts are still
     // moved in by the first call after an upgrade.
-    let _ = crate::db::spawn_wal_checkpointer(&file, crate::db::WalUpkeep::RestartPast(64));
+    let _ = crate::db::spawn_wal_checkpointer(&file, crate::db::WalUpkeep::TruncatePast(64));
     opened.insert(opened_as, Some(file.clone()));
     Ok(file)
 }

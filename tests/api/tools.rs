@@ -1803,8 +1803,7 @@ async fn usage_file_wal_stays_small() {
     let wal = std::path::PathBuf::from(wal);
     let bytes = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     // Without checkpoints: at least a page of 8 KiB per call, 18 MiB or more for these calls;
-    // with checkpoints that wait for nobody, about as much (the WAL never starts over while
-    // calls go on); with a restart past 64 pages, what the calls of a checkpoint interval or
-    // two wrote beyond them (more on a busy machine).
+    // with checkpoints that wait for nobody, 2.7-9.3 MB in runs here (the WAL starts over
+    // only in the calls' pauses); emptied past 64 pages, 1.7 MB or less.
     assert!(bytes < 5 << 19, "{} holds {bytes} bytes", wal.display());
 }
