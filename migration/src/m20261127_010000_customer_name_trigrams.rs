@@ -16,7 +16,9 @@ pub struct Migration;
 /// installed already, then the index with the operator class of wherever the extension is.
 /// Every failure (no such extension, no right to create it, a concurrent creation) leaves the
 /// index out rather than the migration failed.
-const UP: &str = r#"
+pub(crate) fn trigram_index(table: &str, index: &str) -> String {
+    format!(
+        r#"
 DO $$
 DECLARE
     trgm_schema name;
@@ -24,20 +26,22 @@ BEGIN
     BEGIN
         CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public;
     EXCEPTION WHEN OTHERS THEN
-        RAISE NOTICE 'pg_trgm is not available (%): customer names get no trigram index', SQLERRM;
+        RAISE NOTICE 'pg_trgm is not available (%): {table} get no trigram index', SQLERRM;
     END;
     SELECT n.nspname INTO trgm_schema
         FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
         WHERE e.extname = 'pg_trgm';
     IF trgm_schema IS NOT NULL THEN
         EXECUTE format(
-            'CREATE INDEX IF NOT EXISTS ix_customers_name_trigrams ON customers '
+            'CREATE INDEX IF NOT EXISTS {index} ON {table} '
             'USING gin (lower(name) %I.gin_trgm_ops)',
             trgm_schema);
     END IF;
 END
 $$;
-"#;
+"#
+    )
+}
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
@@ -45,7 +49,10 @@ impl MigrationTrait for Migration {
         if manager.get_database_backend() != sea_orm::DbBackend::Postgres {
             return Ok(());
         }
-        manager.get_connection().execute_unprepared(UP).await?;
+        manager
+            .get_connection()
+            .execute_unprepared(&trigram_index("customers", "ix_customers_name_trigrams"))
+            .await?;
         Ok(())
     }
 

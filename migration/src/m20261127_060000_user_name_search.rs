@@ -13,6 +13,8 @@
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
+use crate::m20261127_010000_customer_name_trigrams::trigram_index;
+
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
@@ -38,40 +40,16 @@ DROP TRIGGER IF EXISTS user_name_search_insert;
 DROP TABLE IF EXISTS user_name_search;
 ";
 
-/// As the customers' trigram index: the extension in `public` unless installed already, the
-/// index with the operator class of wherever it is, and no failure for want of it.
-const POSTGRES_UP: &str = r#"
-DO $$
-DECLARE
-    trgm_schema name;
-BEGIN
-    BEGIN
-        CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public;
-    EXCEPTION WHEN OTHERS THEN
-        RAISE NOTICE 'pg_trgm is not available (%): user names get no trigram index', SQLERRM;
-    END;
-    SELECT n.nspname INTO trgm_schema
-        FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-        WHERE e.extname = 'pg_trgm';
-    IF trgm_schema IS NOT NULL THEN
-        EXECUTE format(
-            'CREATE INDEX IF NOT EXISTS ix_users_name_trigrams ON users '
-            'USING gin (lower(name) %I.gin_trgm_ops)',
-            trgm_schema);
-    END IF;
-END
-$$;
-"#;
-
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // On PostgreSQL as the customers' trigram index: the extension where it can be had.
         let up = match manager.get_database_backend() {
-            DbBackend::Sqlite => SQLITE_UP,
-            DbBackend::Postgres => POSTGRES_UP,
+            DbBackend::Sqlite => SQLITE_UP.to_string(),
+            DbBackend::Postgres => trigram_index("users", "ix_users_name_trigrams"),
             _ => return Ok(()),
         };
-        manager.get_connection().execute_unprepared(up).await?;
+        manager.get_connection().execute_unprepared(&up).await?;
         Ok(())
     }
 

@@ -546,18 +546,22 @@ impl NameIndex {
     }
 }
 
-/// A list's name filter (a case-insensitive substring of `column`). On PostgreSQL a condition
-/// of `filter`, which the trigram index on `lower(name)` serves in the count as in the page.
-/// On SQLite a residual checked on each candidate, and where `index` finds few records, those
-/// as the candidates in `filter`; returns whether they are (the list then has few matches).
+/// A list's name filter, if any (a case-insensitive substring of `column`). On PostgreSQL a
+/// condition of `filter`, which the trigram index on `lower(name)` serves in the count as in
+/// the page. On SQLite a residual checked on each candidate, and where `index` finds few
+/// records, those as the candidates in `filter`; returns whether they are (the list then has
+/// few matches).
 pub async fn filter_by_name<C: ColumnTrait>(
     ctx: &ToolContext,
     index: &NameIndex,
     column: C,
-    needle: &str,
+    needle: Option<&str>,
     filter: &mut sea_orm::Condition,
     residuals: &mut Residuals,
 ) -> ToolResult<bool> {
+    let Some(needle) = needle else {
+        return Ok(false);
+    };
     let add = |filter: &mut sea_orm::Condition, cond: SimpleExpr| {
         *filter = std::mem::replace(filter, sea_orm::Condition::all()).add(cond);
     };

@@ -91,20 +91,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let trait_alone = no_other_filter && input.billing_status.is_none();
     let traits = rare_trait_candidates(ctx, "customers", &input.traits, trait_alone).await?;
     let mut residuals = Residuals::of_traits(ctx, "customers", &input.traits, &traits)?;
-    let named = match &input.name {
-        Some(name) => {
-            filter_by_name(
-                ctx,
-                &CUSTOMER_NAMES,
-                Column::Name,
-                name,
-                &mut filter,
-                &mut residuals,
-            )
-            .await?
-        }
-        None => false,
-    };
+    let name = input.name.as_deref();
+    let named = filter_by_name(
+        ctx,
+        &CUSTOMER_NAMES,
+        Column::Name,
+        name,
+        &mut filter,
+        &mut residuals,
+    )
+    .await?;
     // Few matches (a rare trait value, a narrow revenue range, a name the name index finds in
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.

@@ -117,20 +117,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
-    let named = match &input.name {
-        Some(name) => {
-            filter_by_name(
-                ctx,
-                &USER_NAMES,
-                Column::Name,
-                name,
-                &mut filter,
-                &mut residuals,
-            )
-            .await?
-        }
-        None => false,
-    };
+    let name = input.name.as_deref();
+    let named = filter_by_name(
+        ctx,
+        &USER_NAMES,
+        Column::Name,
+        name,
+        &mut filter,
+        &mut residuals,
+    )
+    .await?;
     // Filtered by the counted column alone, the total is kept; by one trait value alone, the
     // trait index counted it.
     let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
