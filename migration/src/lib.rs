@@ -26,7 +26,7 @@ mod m20261127_020000_postgres_activity_revenue_keys;
 mod m20261127_030000_postgres_journal_text;
 mod m20261127_040000_postgres_message_keys;
 mod m20261127_050000_users_with_traits_activity;
-mod m20261127_060000_user_name_search;
+mod m20261127_060000_user_name_trigrams;
 mod m20261127_070000_drop_customer_activity_prefix_index;
 
 pub struct Migrator;
@@ -60,7 +60,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_030000_postgres_journal_text::Migration),
             Box::new(m20261127_040000_postgres_message_keys::Migration),
             Box::new(m20261127_050000_users_with_traits_activity::Migration),
-            Box::new(m20261127_060000_user_name_search::Migration),
+            Box::new(m20261127_060000_user_name_trigrams::Migration),
             Box::new(m20261127_070000_drop_customer_activity_prefix_index::Migration),
         ]
     }

@@ -94,7 +94,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let name = input.name.as_deref();
     let named = filter_by_name(
         ctx,
-        &CUSTOMER_NAMES,
+        Some(&CUSTOMER_NAMES),
         Column::Name,
         name,
         &mut filter,

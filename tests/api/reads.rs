@@ -134,3 +134,45 @@ async fn concurrent_calls_share_the_read_connections_and_keep_to_their_organizat
     .expect_err("another organization's customer");
     assert!(matches!(err, tools::ToolError::NotFound(_)), "{err:?}");
 }
+
+/// Users are written by several connections at once, before and after another connection
+/// changes the schema (as the statistics refresh does, by making and dropping a table), so
+/// that some connections prepare their insert again. Every insert must succeed: with a
+/// trigger on `users` writing an FTS5 table (a trigram index of user names, tried once), about
+/// a third of these runs failed with "no such table: users".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn users_are_written_across_schema_changes() {
+    use sea_orm::{ActiveModelTrait, ConnectionTrait, Set};
+    let (db, _tmp) = fresh_db(Backend::Sqlite).await.expect("sqlite");
+    let org = org_in(&db, "Schema").await;
+    let write = |round: usize| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (db, org) = (db.clone(), org.organization_id.clone());
+                tokio::spawn(async move {
+                    user::ActiveModel {
+                        id: Set(uuid::Uuid::new_v4().to_string()),
+                        organization_id: Set(org),
+                        name: Set(Some(format!("User {round} {i}"))),
+                        stage: Set("discovered".into()),
+                        traits: Set(json!({})),
+                        created_at: Set(chrono::Utc::now()),
+                        updated_at: Set(chrono::Utc::now()),
+                        ..Default::default()
+                    }
+                    .insert(&db)
+                    .await
+                })
+            })
+            .collect();
+        handles
+    };
+    for round in 0..6 {
+        for handle in write(round) {
+            handle.await.expect("task").expect("a user written");
+        }
+        db.execute_unprepared("CREATE TABLE schema_bump (x INTEGER); DROP TABLE schema_bump")
+            .await
+            .expect("schema change");
+    }
+}
