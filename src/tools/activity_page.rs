@@ -79,9 +79,10 @@ pub enum KnownTotal {
 /// values, name substrings), and `counted_residual` the same as a count checks them, which
 /// counts only the first rows `filter` selects ([`count_examined`]). `known` is the total when
 /// it is known already: kept by triggers, or counted by the caller (one trait value in the
-/// trait index, a revenue range in its index) when that was the list's only filter. `counted`, when given, replaces `filter` in the total: the same conditions written
-/// so an index serves the count, where `filter` writes one so that no index serves it and the
-/// page walks the activity index (a wide revenue range: see `svc_list_customers`).
+/// trait index, a revenue range in its index) when that was the list's only filter.
+/// `counted`, when given, replaces `filter` in the total: the same conditions written so an
+/// index serves the count, where `filter` writes one so that no index serves it and the page
+/// walks the activity index (a wide revenue range: see `svc_list_customers`).
 #[allow(clippy::too_many_arguments)]
 pub async fn activity_page<E>(
     ctx: &ToolContext,

@@ -135,11 +135,9 @@ pub async fn usage_db(main: &DatabaseConnection) -> Result<DatabaseConnection, D
         .await
         .map_err(|e| DbErr::Custom(format!("cannot open the usage file {url}: {e}")))?;
     prepare_own_file(main, &file).await?;
-    // Every call writes a page to this file: without checkpoints of its own (the main file's
-    // run in the workers) its WAL grew by about 100 MiB a minute of calls, up to the
-    // commit-time backstop; with checkpoints that wait for nobody, by as much while the calls
-    // never paused. Started here, at the first use, so an earlier version's counts are still
-    // moved in by the first call after an upgrade.
+    // Every call writes a page to this file, and calls may never pause (see `TruncatePast`).
+    // Started here, at the first use, so an earlier version's counts are still moved in by the
+    // first call after an upgrade.
     let _ = crate::db::spawn_wal_checkpointer(&file, crate::db::WalUpkeep::TruncatePast(64));
     opened.insert(opened_as, Some(file.clone()));
     Ok(file)

@@ -116,8 +116,10 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.name.is_none()
         && input.traits.as_ref().is_none_or(Map::is_empty);
     let mut revenue_total = None;
+    // Counted to choose the path (and, alone, for the total): a name the index found in few
+    // customers takes the few-matches path whatever the range holds.
     let narrow_revenue = match (&rare_trait, &revenue) {
-        (None, Some(revenue)) => {
+        (None, Some(revenue)) if !named => {
             let served = filter.clone().add(revenue.indexed());
             let matches = if revenue_alone {
                 let n = matches_up_to(served, Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1).await?;
