@@ -1,5 +1,6 @@
 //! Database connection: SQLite by default (WAL), PostgreSQL by `DATABASE_URL`.
 
+pub mod name_search;
 mod reads;
 mod rows_insert;
 mod rows_update;

@@ -41,6 +41,7 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::db::name_search::{index_names, NamesOf};
 use crate::tools::common::{normalize_email, normalize_source_type};
 
 /// Lines per chunk: one write transaction each. At the import's pace a chunk holds the SQLite
@@ -789,6 +790,16 @@ struct ChunkRows {
     sources: Rows<source::Model>,
     facts: Rows<fact::Model>,
     changes: Vec<Change>,
+    /// New names of customers and users, `(id, name)`, for SQLite's name indexes.
+    new_names: NewNames,
+}
+
+/// Names the chunk gave customers and users (new records and renamed ones), written to the
+/// name indexes with the records (see [`crate::db::name_search`]).
+#[derive(Default)]
+struct NewNames {
+    customers: Vec<(String, String)>,
+    users: Vec<(String, String)>,
 }
 
 /// Rows of `E` whose `scope` columns equal their values and whose `column` is one of
@@ -883,6 +894,7 @@ impl ChunkRows {
             sources: Rows::new(|s| &s.id, &SOURCE_KEYS),
             facts: Rows::new(|f| &f.id, &FACT_KEYS),
             changes: Vec::new(),
+            new_names: NewNames::default(),
         };
         rows.load_customers(txn, &w).await?;
         let t_customers = Instant::now();
@@ -1125,7 +1137,13 @@ impl ChunkRows {
             Some(at) => {
                 let mut row = self.customers.get(at).clone();
                 if let Some(n) = &r.name {
-                    row.name = n.trim().to_string();
+                    let n = n.trim();
+                    if n != row.name {
+                        row.name = n.to_string();
+                        self.new_names
+                            .customers
+                            .push((row.id.clone(), row.name.clone()));
+                    }
                 }
                 if domain.is_some() {
                     row.domain = domain;
@@ -1158,8 +1176,10 @@ impl ChunkRows {
                     .or_else(|| domain.clone())
                     .unwrap_or_default();
                 let created_at = r.created_at.unwrap_or(now);
+                let id = new_id();
+                self.new_names.customers.push((id.clone(), name.clone()));
                 self.customers.insert(customer::Model {
-                    id: new_id(),
+                    id,
                     organization_id: self.org.clone(),
                     name,
                     domain,
@@ -1218,7 +1238,10 @@ impl ChunkRows {
                     row.external_id = external_id;
                 }
                 if let Some(n) = clean(&r.name) {
-                    row.name = Some(n);
+                    if row.name.as_deref() != Some(n.as_str()) {
+                        self.new_names.users.push((row.id.clone(), n.clone()));
+                        row.name = Some(n);
+                    }
                 }
                 if let Some(s) = stage {
                     row.stage = s;
@@ -1237,13 +1260,18 @@ impl ChunkRows {
             }
             None => {
                 let created_at = r.created_at.unwrap_or(now);
+                let id = new_id();
+                let name = clean(&r.name);
+                if let Some(n) = &name {
+                    self.new_names.users.push((id.clone(), n.clone()));
+                }
                 self.users.insert(user::Model {
-                    id: new_id(),
+                    id,
                     organization_id: self.org.clone(),
                     customer_id,
                     email,
                     external_id,
-                    name: clean(&r.name),
+                    name,
                     stage: stage.unwrap_or_else(|| "discovered".into()),
                     traits: Value::Object(r.traits.clone().unwrap_or_default()),
                     last_activity_at: r.last_activity_at,
@@ -1421,6 +1449,8 @@ impl ChunkRows {
     async fn write(self, txn: &DatabaseTransaction) -> Result<(), DbErr> {
         upsert::<customer::Entity>(txn, self.customers.into_written()).await?;
         upsert::<user::Entity>(txn, self.users.into_written()).await?;
+        index_names(txn, NamesOf::Customers, self.new_names.customers).await?;
+        index_names(txn, NamesOf::Users, self.new_names.users).await?;
         upsert::<workspace_user::Entity>(txn, self.workspace_users.into_written()).await?;
         let seqs = append_changes(txn, &self.org, &self.changes).await?;
         let seq_of = |kind: &str, id: &str| {
@@ -1443,7 +1473,7 @@ impl ChunkRows {
 }
 
 /// Inserts new rows and overwrites changed ones (by id), many rows per statement. Triggers on
-/// the tables (record counts, the customer name index) fire as for single-row writes.
+/// the tables (record counts) fire as for single-row writes.
 async fn upsert<E>(txn: &DatabaseTransaction, rows: Vec<E::Model>) -> Result<(), DbErr>
 where
     E: EntityTrait,

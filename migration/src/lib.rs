@@ -28,6 +28,7 @@ mod m20261127_040000_postgres_message_keys;
 mod m20261127_050000_users_with_traits_activity;
 mod m20261127_060000_user_name_trigrams;
 mod m20261127_070000_drop_customer_activity_prefix_index;
+mod m20261128_010000_name_search_by_writers;
 
 pub struct Migrator;
 
@@ -62,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_050000_users_with_traits_activity::Migration),
             Box::new(m20261127_060000_user_name_trigrams::Migration),
             Box::new(m20261127_070000_drop_customer_activity_prefix_index::Migration),
+            Box::new(m20261128_010000_name_search_by_writers::Migration),
         ]
     }
 }

@@ -3,9 +3,7 @@
 //! needle's trigrams instead of walking every user of the organization (4.1 s at 500,000 users
 //! for a name that few users have). Left out where the extension cannot be created.
 //!
-//! SQLite gets no such index: an FTS5 table fed by triggers on `users`, as customers have,
-//! made inserts of users fail ("no such table: users") on a connection that had to prepare
-//! them again after another connection changed the schema (see docs/decisions.md).
+//! SQLite's index of user names is an FTS5 table its writers fill (`name_search_by_writers`).
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, IntoActiveModel, QueryFilter,
-    QueryOrder, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, Set, TransactionTrait,
 };
 use serde_json::{json, Value};
 
@@ -16,6 +16,7 @@ use super::{
     IntegrationError, IntegrationResult, IntegrationsConfig,
 };
 use crate::crypto::SecretBox;
+use crate::db::name_search::{index_names, NamesOf};
 use entity::{
     billing_change,
     customer::{self, BillingStatus},
@@ -42,7 +43,9 @@ pub fn client_for(
 /// Finds the customer a Stripe customer maps to, or creates it (DESIGN.md): `externalId` equal to
 /// `metadata.customerId`, else `domain` equal to the email's domain, else a new customer. A
 /// matched customer keeps its name.
-pub async fn upsert_customer<C: ConnectionTrait>(
+pub async fn upsert_customer<
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+>(
     db: &C,
     org: &str,
     stripe: &StripeCustomer,
@@ -79,7 +82,9 @@ pub async fn upsert_customer<C: ConnectionTrait>(
         .or_else(|| external_id.clone())
         .unwrap_or_else(|| stripe.id.clone());
     let now = Utc::now();
-    Ok(customer::ActiveModel {
+    // The customer and its name in the name index, together.
+    let txn = crate::db::begin_write(db).await?;
+    let created = customer::ActiveModel {
         id: Set(uuid::Uuid::new_v4().to_string()),
         organization_id: Set(org.to_string()),
         name: Set(name),
@@ -92,8 +97,12 @@ pub async fn upsert_customer<C: ConnectionTrait>(
         created_at: Set(now),
         updated_at: Set(now),
     }
-    .insert(db)
-    .await?)
+    .insert(&txn)
+    .await?;
+    let named = [(created.id.as_str(), created.name.as_str())];
+    index_names(&txn, NamesOf::Customers, named).await?;
+    txn.commit().await?;
+    Ok(created)
 }
 
 /// Sets a customer's billing status and MRR; a change is recorded in `billing_history`.
@@ -165,7 +174,9 @@ async fn finish_run<C: ConnectionTrait>(
 }
 
 /// Maps every Stripe customer; returns Stripe id -> local customer.
-async fn sync_customers<C: ConnectionTrait>(
+async fn sync_customers<
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+>(
     db: &C,
     client: &StripeClient,
     org: &str,
@@ -182,7 +193,9 @@ async fn sync_customers<C: ConnectionTrait>(
 }
 
 /// Recomputes every mapped customer's billing from all subscriptions.
-async fn sync_subscriptions<C: ConnectionTrait>(
+async fn sync_subscriptions<
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+>(
     db: &C,
     client: &StripeClient,
     org: &str,
@@ -219,7 +232,9 @@ async fn sync_subscriptions<C: ConnectionTrait>(
 
 /// One full sync of a Stripe connection. Each model's run is recorded whatever the outcome;
 /// the error is returned too so the scheduler can log it.
-pub async fn run_stripe_sync<C: ConnectionTrait>(
+pub async fn run_stripe_sync<
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+>(
     db: &C,
     secrets: &SecretBox,
     config: &IntegrationsConfig,
@@ -283,7 +298,9 @@ pub async fn mark_data_received<C: ConnectionTrait>(
 }
 
 /// Recomputes one Stripe customer's billing from Stripe (the webhook's subscription events).
-pub async fn refresh_customer<C: ConnectionTrait>(
+pub async fn refresh_customer<
+    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
+>(
     db: &C,
     client: &StripeClient,
     org: &str,

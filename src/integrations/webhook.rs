@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
-use sea_orm::{ConnectionTrait, EntityTrait};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, TransactionTrait};
 use serde_json::Value;
 use sha2::Sha256;
 
@@ -102,7 +102,7 @@ pub struct Delivery {
 }
 
 /// Handles one delivery to `/api/webhooks/stripe/{connectionId}`.
-pub async fn receive<C: ConnectionTrait>(
+pub async fn receive<C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>>(
     db: &C,
     secrets: &SecretBox,
     config: &IntegrationsConfig,

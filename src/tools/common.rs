@@ -489,7 +489,7 @@ pub fn equals_ci<C: ColumnTrait>(column: C, value: &str) -> SimpleExpr {
 }
 
 /// A name trigram index of SQLite's: the records it covers, its table and the column naming
-/// the record (see the `customer_name_search` migration).
+/// the record (see [`crate::db::name_search`], which writes them).
 pub struct NameIndex {
     records: &'static str,
     search: &'static str,
@@ -500,6 +500,12 @@ pub const CUSTOMER_NAMES: NameIndex = NameIndex {
     records: "customers",
     search: "customer_name_search",
     key: "customer_id",
+};
+
+pub const USER_NAMES: NameIndex = NameIndex {
+    records: "users",
+    search: "user_name_search",
+    key: "user_id",
 };
 
 impl NameIndex {
@@ -552,12 +558,12 @@ impl NameIndex {
 
 /// A list's name filter, if any (a case-insensitive substring of `column`). On PostgreSQL a
 /// condition of `filter`, which the trigram index on `lower(name)` serves in the count as in
-/// the page. On SQLite a residual checked on each candidate, and where the records have an
-/// `index` that finds few of them, those as the candidates in `filter`; returns whether they
-/// are (the list then has few matches).
+/// the page. On SQLite a residual checked on each candidate, and where `index` finds few
+/// records, those as the candidates in `filter`; returns whether they are (the list then has
+/// few matches).
 pub async fn filter_by_name<C: ColumnTrait>(
     ctx: &ToolContext,
-    index: Option<&NameIndex>,
+    index: &NameIndex,
     column: C,
     needle: Option<&str>,
     filter: &mut sea_orm::Condition,
@@ -574,9 +580,6 @@ pub async fn filter_by_name<C: ColumnTrait>(
         return Ok(false);
     }
     residuals.add(contains_ci(column, needle), "name");
-    let Some(index) = index else {
-        return Ok(false);
-    };
     match index.few_candidates(ctx.db().await?, needle).await? {
         Some(candidates) => {
             add(filter, candidates);

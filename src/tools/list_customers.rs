@@ -94,7 +94,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let name = input.name.as_deref();
     let named = filter_by_name(
         ctx,
-        Some(&CUSTOMER_NAMES),
+        &CUSTOMER_NAMES,
         Column::Name,
         name,
         &mut filter,

@@ -10,7 +10,7 @@ use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         carries_traits, check_fields, filter_by_name, key_time_opt, parse_duration,
-        rare_trait_candidates, resolve_customer, ListRequest, Residuals,
+        rare_trait_candidates, resolve_customer, ListRequest, Residuals, USER_NAMES,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
@@ -117,10 +117,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         // Stored emails are in one normal form: an equality the (organization, email) index serves.
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
-    // On PostgreSQL served by a trigram index; SQLite has none for user names (see the
-    // `user_name_trigrams` migration) and checks each walked user's name.
     let name = input.name.as_deref();
-    filter_by_name(ctx, None, Column::Name, name, &mut filter, &mut residuals).await?;
+    let named = filter_by_name(
+        ctx,
+        &USER_NAMES,
+        Column::Name,
+        name,
+        &mut filter,
+        &mut residuals,
+    )
+    .await?;
     // Filtered by the counted column alone, the total is kept; by one trait value alone, the
     // trait index counted it.
     let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
@@ -131,12 +137,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
     let (residual, counted_residual, unimplied) = residuals.split();
-    let (rows, total) = match rare_trait {
-        // A rare trait value: read its few users, then order them.
-        Some(candidates) => {
-            let served = filter
-                .add(candidates)
-                .add(range.condition(Column::LastActivityAt));
+    // A rare trait value or a rare name: read the few users, then order them.
+    let few = match rare_trait {
+        Some(candidates) => Some(filter.clone().add(candidates)),
+        // A name the name index finds in few users: walking the activity index instead would
+        // test every user of the organization against them.
+        None => named.then(|| filter.clone()),
+    };
+    let (rows, total) = match few {
+        Some(served) => {
+            let served = served.add(range.condition(Column::LastActivityAt));
             few_matches_page::<Entity>(
                 ctx,
                 &req,

@@ -1038,6 +1038,9 @@ async fn stripe_sync_and_webhook(backend: Backend) {
     assert_eq!(d.billing_status, BillingStatus::None);
     let epsilon = customer_by_name(&app, &org.organization_id, "Epsilon").await;
     assert_eq!(epsilon.mrr_cents, 1200 * 52 / 12);
+    // A customer the sync created is found by its name, as agents look it up.
+    let r = crate::tools::tool(&app, key, "svc_list_customers", json!({"name": "epsilon"})).await;
+    assert_eq!(crate::tools::field(&r, "name"), ["Epsilon"], "{}", r.body);
     let history = billing_change::Entity::find()
         .filter(billing_change::Column::CustomerId.eq(acme.id.clone()))
         .all(&app.db)

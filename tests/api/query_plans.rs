@@ -657,10 +657,6 @@ async fn plans_use_indexes(backend: Backend) {
             // trigram index; the users' name case (40,000 users) shows the index serving there.
             continue;
         }
-        if backend == DbBackend::Sqlite && label == "list_users narrow name" {
-            // SQLite has no index of user names (see the `user_name_trigrams` migration).
-            continue;
-        }
         captured.lock().expect("captured").clear();
         tools::call(ctx.clone(), tool, Some(input.clone()))
             .await

@@ -744,13 +744,22 @@ db_test!(
                     "SELECT name FROM sqlite_master".into(),
                     "only the analytics views",
                 ));
-                // The name-search index holds every organization's customer names.
+                // The name-search indexes hold every organization's customer names...
                 statements.push((
                     "SELECT name FROM customer_name_search".into(),
                     "only the analytics views",
                 ));
                 statements.push((
                     "SELECT * FROM customer_name_search_content".into(),
+                    "only the analytics views",
+                ));
+                // And the users' one every organization's user names.
+                statements.push((
+                    "SELECT user_id FROM user_name_search WHERE name LIKE '%a%'".into(),
+                    "only the analytics views",
+                ));
+                statements.push((
+                    "SELECT * FROM user_name_search_content".into(),
                     "only the analytics views",
                 ));
                 statements.push(("ATTACH DATABASE ':memory:' AS scratch".into(), "ATTACH"));

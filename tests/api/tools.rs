@@ -222,16 +222,17 @@ db_test!(list_customers, |app: TestApp| async move {
 
     // A renamed customer is found by its new name only (on SQLite the name goes through the
     // trigram index, which keeps the old name as a stale candidate); short needles scan.
-    let rename = |from: &'static str, to: &'static str| {
-        entity::customer::Entity::update_many()
-            .col_expr(
-                entity::customer::Column::Name,
-                sea_orm::sea_query::Expr::value(to),
-            )
-            .filter(entity::customer::Column::Name.eq(from))
-            .exec(&app.db)
+    // Renamed the way users rename: an import line naming the customer by its external id.
+    let rename = |to: &'static str| {
+        let line = json!({"kind": "customer", "externalId": "cus_4", "name": to}).to_string();
+        let db = app.db.clone();
+        let org = org.organization_id.clone();
+        async move {
+            let report = import::import_text(&db, &org, &line).await.expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        }
     };
-    rename("Umbrella Corp", "Umbrella Holdings").await.unwrap();
+    rename("Umbrella Holdings").await;
     for (input, expected) in [
         (json!({"name": "corp"}), vec![]),
         (json!({"name": " holdings "}), vec!["Umbrella Holdings"]),
@@ -242,7 +243,7 @@ db_test!(list_customers, |app: TestApp| async move {
         assert_eq!(field(&r, "name"), expected, "{input}");
         assert_eq!(r.body["pagination"]["total"], expected.len(), "{input}");
     }
-    rename("Umbrella Holdings", "Umbrella Corp").await.unwrap();
+    rename("Umbrella Corp").await;
 
     // Pages of one, with opaque cursors, cover every customer once; `total` stays.
     let mut seen = Vec::new();
@@ -1065,10 +1066,9 @@ db_test!(
 db_test!(
     user_lists_by_name_agree_whichever_way_they_are_read,
     |app: TestApp| async move {
-        // More users than a list with few matches may have, names rare and common: the lists
-        // are those a filter over every user gives, in order, with nothing of the
-        // organization beside (on PostgreSQL through the names' trigram index, on SQLite by
-        // checking each walked user's name).
+        // More users than a list with few matches may have: a rare name reads the users the
+        // name index finds, a common one walks the activity index; both give the lists a
+        // filter over every user gives, in order, and nothing of the organization beside.
         let org = app.org("Named Users").await;
         let other = app.org("Beside").await;
         let times: Vec<String> = (0..40).map(ago).collect();
@@ -1105,18 +1105,14 @@ db_test!(
                 .expect("import");
             assert!(report.rejected.is_empty(), "{:?}", report.rejected);
         }
-        // A renamed user is found by the new name only.
-        let renamed = entity::user::Entity::update_many()
-            .col_expr(
-                entity::user::Column::Name,
-                sea_orm::sea_query::Expr::value("Renamed Person"),
-            )
-            .filter(entity::user::Column::OrganizationId.eq(&org.organization_id))
-            .filter(entity::user::Column::Name.eq("User 123"))
-            .exec(&app.db)
+        // A renamed user (renamed by an import line naming them by email) is found by the
+        // new name only.
+        let rename = json!({"kind": "user", "email": "user123@n3.example.com",
+            "name": "Renamed Person"});
+        let report = import::import_text(&app.db, &org.organization_id, &rename.to_string())
             .await
-            .unwrap();
-        assert_eq!(renamed.rows_affected, 1);
+            .expect("import");
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
         let rows = entity::user::Entity::find()
             .filter(entity::user::Column::OrganizationId.eq(&org.organization_id))
             .all(&app.db)
@@ -1178,13 +1174,11 @@ db_test!(
             } else {
                 assert!(pagination["total"].as_u64() <= Some(expected.len() as u64));
             }
-            let indexed = sea_orm::ConnectionTrait::get_database_backend(&app.db)
-                == sea_orm::DbBackend::Postgres
-                && input["name"]
-                    .as_str()
-                    .is_some_and(|n| n.len() >= 3 && !n.contains('%'));
+            let indexed = input["name"]
+                .as_str()
+                .is_some_and(|n| n.len() >= 3 && !n.contains('%'));
             if indexed && expected.len() <= 5_000 {
-                // PostgreSQL counts a name through its trigram index: exact up to 10,000.
+                // A name the name index finds in few users is counted exactly.
                 assert_eq!(pagination["totalExact"], true, "{input}");
             }
         }
@@ -1810,3 +1804,48 @@ async fn usage_file_wal_stays_small() {
     // only in the calls' pauses); emptied past 64 pages, 1.7 MB or less.
     assert!(bytes < 5 << 19, "{} holds {bytes} bytes", wal.display());
 }
+
+db_test!(
+    names_renamed_by_ingest_are_found_by_the_new_name,
+    |app: TestApp| async move {
+        // Ingest writes names (new and renamed users and customers) to the name indexes
+        // itself: a list by the new name finds the record, by the old one nothing.
+        let org = app.org("Renames").await;
+        let identify = |user: &str, customer: &str| {
+            json!({"source": "server", "events": [{"type": "identify",
+                "url": "https://app.x.com/", "path": "/", "email": "ada@renames.example",
+                "userId": "u_ada", "traits": {"name": user},
+                "customerId": "acct_renames", "customerTraits": {"name": customer}}]})
+        };
+        for (user, customer) in [
+            ("Zephyrine Quill", "Quillworks Ltd"),
+            ("Ottoline Brack", "Brackwater Ltd"),
+        ] {
+            let r = app.ingest(&org.public_key, identify(user, customer)).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        }
+        for (name, input, expected) in [
+            (
+                "svc_list_users",
+                json!({"name": "brack"}),
+                vec!["Ottoline Brack"],
+            ),
+            ("svc_list_users", json!({"name": "zephyr"}), vec![]),
+            (
+                "svc_list_customers",
+                json!({"name": "brackwater"}),
+                vec!["Brackwater Ltd"],
+            ),
+            ("svc_list_customers", json!({"name": "quillworks"}), vec![]),
+        ] {
+            let r = tool(&app, &org.api_key, name, input.clone()).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            assert_eq!(field(&r, "name"), expected, "{name} {input}");
+            assert_eq!(
+                r.body["pagination"]["total"],
+                expected.len(),
+                "{name} {input}"
+            );
+        }
+    }
+);

@@ -13,6 +13,7 @@ use sea_orm::{
 use serde_json::{Map, Value};
 
 use super::{Group, UserLink, VisitorState};
+use crate::db::name_search::{index_names, NamesOf};
 use crate::ingest::{
     model::StageName,
     validate::{AcceptedEvent, Batch, CustomerRef, Effect, UserRef},
@@ -344,6 +345,7 @@ async fn resolve_user<C: ConnectionTrait>(
             if row.external_id.is_none() {
                 row.external_id = who.user_id.clone();
             }
+            let renamed = name.is_some() && name != row.name;
             if name.is_some() {
                 row.name = name;
             }
@@ -358,6 +360,10 @@ async fn resolve_user<C: ConnectionTrait>(
                 row.updated_at = now;
                 let active = row.clone().into_active_model().reset_all();
                 active.update(conn).await?;
+                if renamed {
+                    let named = row.name.iter().map(|n| (row.id.as_str(), n.as_str()));
+                    index_names(conn, NamesOf::Users, named).await?;
+                }
             }
             let link = UserLink {
                 id: row.id.clone(),
@@ -383,6 +389,8 @@ async fn resolve_user<C: ConnectionTrait>(
             }
             .insert(conn)
             .await?;
+            let named = created.name.iter().map(|n| (id.as_str(), n.as_str()));
+            index_names(conn, NamesOf::Users, named).await?;
             group.users.remember(created);
             Ok(UserLink {
                 id,
@@ -443,6 +451,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
     match found {
         Some(existing) => {
             let mut row = existing.clone();
+            let renamed = name.as_ref().is_some_and(|n| *n != row.name);
             if let Some(n) = name {
                 row.name = n;
             }
@@ -454,6 +463,10 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
                 row.updated_at = now;
                 let active = row.clone().into_active_model().reset_all();
                 active.update(conn).await?;
+                if renamed {
+                    let named = [(row.id.as_str(), row.name.as_str())];
+                    index_names(conn, NamesOf::Customers, named).await?;
+                }
             }
             let id = row.id.clone();
             group.customers.remember(row);
@@ -476,6 +489,8 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
             }
             .insert(conn)
             .await?;
+            let named = [(id.as_str(), created.name.as_str())];
+            index_names(conn, NamesOf::Customers, named).await?;
             group.customers.remember(created);
             Ok(id)
         }
