@@ -16,6 +16,8 @@
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
+use crate::m20261122_020100_customer_name_search::TRIGGERS;
+
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
@@ -29,16 +31,7 @@ INSERT INTO user_name_search (name, user_id)
     SELECT name, id FROM users WHERE length(name) >= 3;
 ";
 
-const DOWN: &str = "
-DROP TABLE IF EXISTS user_name_search;
-CREATE TRIGGER customer_name_search_insert AFTER INSERT ON customers BEGIN
-    INSERT INTO customer_name_search (name, customer_id) VALUES (new.name, new.id);
-END;
-CREATE TRIGGER customer_name_search_rename AFTER UPDATE OF name ON customers
-WHEN old.name IS NOT new.name BEGIN
-    INSERT INTO customer_name_search (name, customer_id) VALUES (new.name, new.id);
-END;
-";
+const DOWN: &str = "DROP TABLE IF EXISTS user_name_search;";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
@@ -54,7 +47,10 @@ impl MigrationTrait for Migration {
         if manager.get_database_backend() != DbBackend::Sqlite {
             return Ok(());
         }
-        manager.get_connection().execute_unprepared(DOWN).await?;
+        manager
+            .get_connection()
+            .execute_unprepared(&format!("{DOWN}{TRIGGERS}"))
+            .await?;
         Ok(())
     }
 }
