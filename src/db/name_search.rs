@@ -28,6 +28,32 @@ pub enum NamesOf {
     Users,
 }
 
+impl NamesOf {
+    /// The records' table.
+    pub fn records(self) -> &'static str {
+        match self {
+            NamesOf::Customers => "customers",
+            NamesOf::Users => "users",
+        }
+    }
+
+    /// The index's FTS5 table (columns `name` and [`Self::key`]).
+    pub fn index(self) -> &'static str {
+        match self {
+            NamesOf::Customers => "customer_name_search",
+            NamesOf::Users => "user_name_search",
+        }
+    }
+
+    /// The index's column naming the record.
+    pub fn key(self) -> &'static str {
+        match self {
+            NamesOf::Customers => "customer_id",
+            NamesOf::Users => "user_id",
+        }
+    }
+}
+
 /// Names shorter than this are left out: no lookup needle is shorter (a trigram index cannot
 /// look one up).
 pub const SHORTEST_INDEXED_NAME: usize = 3;
@@ -56,12 +82,9 @@ where
     if values.is_empty() {
         return Ok(());
     }
-    let into = match names {
-        NamesOf::Customers => "customer_name_search (name, customer_id)",
-        NamesOf::Users => "user_name_search (name, user_id)",
-    };
+    let into = format!("{} (name, {})", names.index(), names.key());
     RowsInsert {
-        into,
+        into: &into,
         width: 2,
         tail: "",
     }

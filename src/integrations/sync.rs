@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait,
-    IntoActiveModel, QueryFilter, QueryOrder, Set, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, Set,
 };
 use serde_json::{json, Value};
 
@@ -43,10 +43,8 @@ pub fn client_for(
 /// Finds the customer a Stripe customer maps to, or creates it (DESIGN.md): `externalId` equal to
 /// `metadata.customerId`, else `domain` equal to the email's domain, else a new customer. A
 /// matched customer keeps its name.
-pub async fn upsert_customer<
-    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
->(
-    db: &C,
+pub async fn upsert_customer(
+    db: &DatabaseConnection,
     org: &str,
     stripe: &StripeCustomer,
 ) -> IntegrationResult<customer::Model> {
@@ -174,10 +172,8 @@ async fn finish_run<C: ConnectionTrait>(
 }
 
 /// Maps every Stripe customer; returns Stripe id -> local customer.
-async fn sync_customers<
-    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
->(
-    db: &C,
+async fn sync_customers(
+    db: &DatabaseConnection,
     client: &StripeClient,
     org: &str,
 ) -> IntegrationResult<HashMap<String, customer::Model>> {
@@ -193,10 +189,8 @@ async fn sync_customers<
 }
 
 /// Recomputes every mapped customer's billing from all subscriptions.
-async fn sync_subscriptions<
-    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
->(
-    db: &C,
+async fn sync_subscriptions(
+    db: &DatabaseConnection,
     client: &StripeClient,
     org: &str,
     mut mapped: HashMap<String, customer::Model>,
@@ -232,10 +226,8 @@ async fn sync_subscriptions<
 
 /// One full sync of a Stripe connection. Each model's run is recorded whatever the outcome;
 /// the error is returned too so the scheduler can log it.
-pub async fn run_stripe_sync<
-    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
->(
-    db: &C,
+pub async fn run_stripe_sync(
+    db: &DatabaseConnection,
     secrets: &SecretBox,
     config: &IntegrationsConfig,
     connection_id: &str,
@@ -298,10 +290,8 @@ pub async fn mark_data_received<C: ConnectionTrait>(
 }
 
 /// Recomputes one Stripe customer's billing from Stripe (the webhook's subscription events).
-pub async fn refresh_customer<
-    C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>,
->(
-    db: &C,
+pub async fn refresh_customer(
+    db: &DatabaseConnection,
     client: &StripeClient,
     org: &str,
     stripe_customer_id: &str,

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, TransactionTrait};
+use sea_orm::{DatabaseConnection, EntityTrait};
 use serde_json::Value;
 use sha2::Sha256;
 
@@ -102,8 +102,8 @@ pub struct Delivery {
 }
 
 /// Handles one delivery to `/api/webhooks/stripe/{connectionId}`.
-pub async fn receive<C: ConnectionTrait + TransactionTrait<Transaction = DatabaseTransaction>>(
-    db: &C,
+pub async fn receive(
+    db: &DatabaseConnection,
     secrets: &SecretBox,
     config: &IntegrationsConfig,
     connection_id: &str,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::{ToolContext, ToolError, ToolResult};
+use crate::db::name_search::{NamesOf, SHORTEST_INDEXED_NAME};
 use crate::validation::{PathSegment, ValidationIssue};
 
 /// Default page size of every list tool.
@@ -488,82 +489,62 @@ pub fn equals_ci<C: ColumnTrait>(column: C, value: &str) -> SimpleExpr {
     Expr::expr(Func::lower(column.into_expr())).eq(value.trim().to_lowercase())
 }
 
-/// A name trigram index of SQLite's: the records it covers, its table and the column naming
-/// the record (see [`crate::db::name_search`], which writes them).
-pub struct NameIndex {
-    records: &'static str,
-    search: &'static str,
-    key: &'static str,
+/// The needle as SQLite's name indexes look it up (`%needle%`), or `None` where they cannot
+/// help: needles under three characters (trigram lookups need three), needles with `LIKE`
+/// wildcards or escapes.
+fn name_pattern(needle: &str) -> Option<String> {
+    let needle = needle.trim().to_lowercase();
+    if needle.chars().count() < SHORTEST_INDEXED_NAME || needle.contains(['%', '_', '\\']) {
+        return None;
+    }
+    Some(format!("%{needle}%"))
 }
 
-pub const CUSTOMER_NAMES: NameIndex = NameIndex {
-    records: "customers",
-    search: "customer_name_search",
-    key: "customer_id",
-};
-
-pub const USER_NAMES: NameIndex = NameIndex {
-    records: "users",
-    search: "user_name_search",
-    key: "user_id",
-};
-
-impl NameIndex {
-    /// The needle as the index looks it up (`%needle%`), or `None` where the index cannot
-    /// help: needles under three characters (trigram lookups need three), needles with `LIKE`
-    /// wildcards or escapes.
-    fn pattern(needle: &str) -> Option<String> {
-        let needle = needle.trim().to_lowercase();
-        if needle.chars().count() < 3 || needle.contains(['%', '_', '\\']) {
-            return None;
-        }
-        Some(format!("%{needle}%"))
+/// `"records"."id" IN (ids whose name the index matches)` when the index finds at most
+/// [`FEW_MATCHES`] records (of any organization) for the needle: the list then reads those
+/// and orders them. `None` for a common needle: the index's matches would all be read
+/// first (half a second for a needle every name holds at 500,000 users), where walking the
+/// list in its order and testing each name finds a page soon. The index may hold old names,
+/// so this only narrows the candidates; the `LIKE` on the real name still decides.
+async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    names: NamesOf,
+    needle: &str,
+) -> Result<Option<SimpleExpr>, sea_orm::DbErr> {
+    let Some(pattern) = name_pattern(needle) else {
+        return Ok(None);
+    };
+    // The index yields its matches one by one: a capped count stops early.
+    let count = sea_orm::Statement::from_sql_and_values(
+        DbBackend::Sqlite,
+        format!(
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM {} WHERE name LIKE ? LIMIT ?)",
+            names.index()
+        ),
+        [pattern.clone().into(), (FEW_MATCHES as i64 + 1).into()],
+    );
+    if read_count(db, count).await? > FEW_MATCHES {
+        return Ok(None);
     }
-
-    /// `"records"."id" IN (ids whose name the index matches)` when the index finds at most
-    /// [`FEW_MATCHES`] records (of any organization) for the needle: the list then reads those
-    /// and orders them. `None` for a common needle: the index's matches would all be read
-    /// first (half a second for a needle every name holds at 500,000 users), where walking the
-    /// list in its order and testing each name finds a page soon. The index may hold old names,
-    /// so this only narrows the candidates; the `LIKE` on the real name still decides.
-    async fn few_candidates<C: sea_orm::ConnectionTrait>(
-        &self,
-        db: &C,
-        needle: &str,
-    ) -> Result<Option<SimpleExpr>, sea_orm::DbErr> {
-        let Some(pattern) = Self::pattern(needle) else {
-            return Ok(None);
-        };
-        // The index yields its matches one by one: a capped count stops early.
-        let count = sea_orm::Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            format!(
-                "SELECT COUNT(*) AS n FROM (SELECT 1 FROM {} WHERE name LIKE ? LIMIT ?)",
-                self.search
-            ),
-            [pattern.clone().into(), (FEW_MATCHES as i64 + 1).into()],
-        );
-        if read_count(db, count).await? > FEW_MATCHES {
-            return Ok(None);
-        }
-        Ok(Some(Expr::cust_with_values(
-            format!(
-                "\"{}\".\"id\" IN (SELECT {} FROM {} WHERE name LIKE ?)",
-                self.records, self.key, self.search
-            ),
-            [pattern],
-        )))
-    }
+    Ok(Some(Expr::cust_with_values(
+        format!(
+            "\"{}\".\"id\" IN (SELECT {} FROM {} WHERE name LIKE ?)",
+            names.records(),
+            names.key(),
+            names.index()
+        ),
+        [pattern],
+    )))
 }
 
 /// A list's name filter, if any (a case-insensitive substring of `column`). On PostgreSQL a
 /// condition of `filter`, which the trigram index on `lower(name)` serves in the count as in
-/// the page. On SQLite a residual checked on each candidate, and where `index` finds few
-/// records, those as the candidates in `filter`; returns whether they are (the list then has
-/// few matches).
+/// the page. On SQLite a residual checked on each candidate, and where the index of `names`
+/// finds few records, those as the candidates in `filter`; returns whether they are (the list
+/// then has few matches).
 pub async fn filter_by_name<C: ColumnTrait>(
     ctx: &ToolContext,
-    index: &NameIndex,
+    names: NamesOf,
     column: C,
     needle: Option<&str>,
     filter: &mut sea_orm::Condition,
@@ -580,7 +561,7 @@ pub async fn filter_by_name<C: ColumnTrait>(
         return Ok(false);
     }
     residuals.add(contains_ci(column, needle), "name");
-    match index.few_candidates(ctx.db().await?, needle).await? {
+    match few_name_candidates(ctx.db().await?, names, needle).await? {
         Some(candidates) => {
             add(filter, candidates);
             Ok(true)

@@ -13,14 +13,14 @@ use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         check_fields, count_up_to, filter_by_name, key_time_opt, parse_duration,
-        rare_trait_candidates, ListRequest, Residuals, Total, CUSTOMER_NAMES, EXACT_TOTAL_LIMIT,
-        FEW_MATCHES,
+        rare_trait_candidates, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT, FEW_MATCHES,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,
 };
+use crate::db::name_search::NamesOf;
 
 pub use entity::customer::BillingStatus;
 
@@ -94,7 +94,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let name = input.name.as_deref();
     let named = filter_by_name(
         ctx,
-        &CUSTOMER_NAMES,
+        NamesOf::Customers,
         Column::Name,
         name,
         &mut filter,

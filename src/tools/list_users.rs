@@ -10,13 +10,14 @@ use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
         carries_traits, check_fields, filter_by_name, key_time_opt, parse_duration,
-        rare_trait_candidates, resolve_customer, ListRequest, Residuals, USER_NAMES,
+        rare_trait_candidates, resolve_customer, ListRequest, Residuals,
     },
     few_matches_page::few_matches_page,
     record_counts::KeptTotal,
     records::{self, USER_FIELDS, USER_IDS},
     ToolContext, ToolResult,
 };
+use crate::db::name_search::NamesOf;
 
 /// A user's journey stage.
 #[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
@@ -120,7 +121,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let name = input.name.as_deref();
     let named = filter_by_name(
         ctx,
-        &USER_NAMES,
+        NamesOf::Users,
         Column::Name,
         name,
         &mut filter,
