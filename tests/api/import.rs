@@ -765,60 +765,71 @@ db_test!(
                 done.clone(),
             );
             clients.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
-            let mut acked = Acked::default();
-            for round in 0..MAX_ROUNDS {
-                if round > 0 && done.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                let tag = format!("c{c}r{round}");
-                let resp = http
-                    .post(format!("{base}/api/signals"))
-                    .bearer_auth(&key)
-                    .json(&json!({"kind": "EVENT_MATCH", "name": format!("Signal {tag}"),
+                let http = reqwest::Client::new();
+                let mut acked = Acked::default();
+                for round in 0..MAX_ROUNDS {
+                    if round > 0 && done.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let tag = format!("c{c}r{round}");
+                    let resp = http
+                        .post(format!("{base}/api/signals"))
+                        .bearer_auth(&key)
+                        .json(
+                            &json!({"kind": "EVENT_MATCH", "name": format!("Signal {tag}"),
                         "definition": {"grain": "user", "subjectResolver": "email",
                         "eventNames": [format!("ev_{tag}")], "propertyConditions": [],
-                        "conditionMode": "ALL"}}))
-                    .send()
-                    .await
-                    .expect("signal request");
-                let status = resp.status();
-                let body: Value = resp.json().await.unwrap_or(Value::Null);
-                acked.answers += 1;
-                if status.is_server_error() {
-                    acked.server_errors.push(format!("signal {status}: {body}"));
-                } else if let Some(id) = body["result"]["data"]["signal"]["id"].as_str() {
-                    acked.signals.push(id.to_string());
-                }
-                let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
-                let events: Vec<Value> = ids
+                        "conditionMode": "ALL"}}),
+                        )
+                        .send()
+                        .await
+                        .expect("signal request");
+                    let status = resp.status();
+                    let body: Value = resp.json().await.unwrap_or(Value::Null);
+                    acked.answers += 1;
+                    if status.is_server_error() {
+                        acked.server_errors.push(format!("signal {status}: {body}"));
+                    } else if let Some(id) = body["result"]["data"]["signal"]["id"].as_str() {
+                        acked.signals.push(id.to_string());
+                    }
+                    let ids: Vec<String> =
+                        (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+                    let events: Vec<Value> = ids
                     .iter()
                     .enumerate()
                     .map(|(i, id)| {
-                        // Ingest writes users by email too: some collide with the book's.
-                        json!({"type": "custom", "eventName": "busy", "url": "server://busy",
-                            "path": "/", "email": format!("user{}@company-{}.example.com", i % 2, c),
-                            "messageId": id})
+                        // Ingest writes users by email too: some collide with the book's. The
+                        // first event names its user, as the import writes names beside it.
+                        let email = format!("user{}@company-{}.example.com", i % 2, c);
+                        if i == 0 {
+                            json!({"type": "identify", "url": "server://busy", "path": "/",
+                                "email": email, "traits": {"name": format!("Busy Person {c}")},
+                                "messageId": id})
+                        } else {
+                            json!({"type": "custom", "eventName": "busy", "url": "server://busy",
+                                "path": "/", "email": email, "messageId": id})
+                        }
                     })
                     .collect();
-                let resp = http
-                    .post(format!("{base}/api/i/v1/{public_key}/events"))
-                    .json(&json!({"source": "server", "events": events}))
-                    .send()
-                    .await
-                    .expect("ingest request");
-                let status = resp.status();
-                acked.answers += 1;
-                if status.is_server_error() {
-                    acked
-                        .server_errors
-                        .push(format!("ingest {status}: {}", resp.text().await.unwrap_or_default()));
-                } else if status == StatusCode::OK {
-                    acked.message_ids.extend(ids);
+                    let resp = http
+                        .post(format!("{base}/api/i/v1/{public_key}/events"))
+                        .json(&json!({"source": "server", "events": events}))
+                        .send()
+                        .await
+                        .expect("ingest request");
+                    let status = resp.status();
+                    acked.answers += 1;
+                    if status.is_server_error() {
+                        acked.server_errors.push(format!(
+                            "ingest {status}: {}",
+                            resp.text().await.unwrap_or_default()
+                        ));
+                    } else if status == StatusCode::OK {
+                        acked.message_ids.extend(ids);
+                    }
                 }
-            }
-            acked
-        }));
+                acked
+            }));
         }
         let report = import_lines(&app, &o, &lines).await;
         done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -883,6 +894,37 @@ db_test!(
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        // Names written by the import and by ingest at once are found by name.
+        let last = format!("Company {}", customers - 1);
+        let r = crate::tools::tool(
+            &app,
+            &org.api_key,
+            "svc_list_customers",
+            json!({"name": last.to_lowercase()}),
+        )
+        .await;
+        assert_eq!(
+            crate::tools::field(&r, "name"),
+            [last.as_str()],
+            "{}",
+            r.body
+        );
+        for c in 0..CLIENTS {
+            let name = format!("Busy Person {c}");
+            let r = crate::tools::tool(
+                &app,
+                &org.api_key,
+                "svc_list_users",
+                json!({"name": name.to_lowercase()}),
+            )
+            .await;
+            assert_eq!(
+                crate::tools::field(&r, "name"),
+                [name.as_str()],
+                "{}",
+                r.body
+            );
         }
         // The book's customers, sources and facts are all there, once (ingest adds users only).
         for (table, expected) in [
