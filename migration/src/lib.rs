@@ -29,6 +29,7 @@ mod m20261127_050000_users_with_traits_activity;
 mod m20261127_060000_user_name_trigrams;
 mod m20261127_070000_drop_customer_activity_prefix_index;
 mod m20261128_010000_name_search_by_writers;
+mod m20261128_020000_message_claims_by_time;
 
 pub struct Migrator;
 
@@ -64,6 +65,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_060000_user_name_trigrams::Migration),
             Box::new(m20261127_070000_drop_customer_activity_prefix_index::Migration),
             Box::new(m20261128_010000_name_search_by_writers::Migration),
+            Box::new(m20261128_020000_message_claims_by_time::Migration),
         ]
     }
 }

@@ -33,8 +33,6 @@ const BATCHES_PER_APPLY: u64 = 50;
 const WRITERS_TURN: Duration = Duration::from_millis(3);
 /// How often an idle applier looks for new batches (a cheap read, no lock).
 const IDLE_POLL: Duration = Duration::from_millis(25);
-/// How often expired `messageId` claims are removed (PostgreSQL).
-const EXPIRE_EVERY: Duration = Duration::from_secs(60);
 /// While ingest is saturated ([`WriterLoad`]), the applier pauses after each group this many
 /// times as long as the group took: it works a third of the time, and the acknowledging path
 /// gets the CPU the rest of it. The niced threads alone still took about a seventh of the two
@@ -97,6 +95,13 @@ async fn run(
     mut stopped: watch::Receiver<Option<tokio::time::Instant>>,
 ) {
     let mut last_expiry = tokio::time::Instant::now();
+    // PostgreSQL: the shared claims are kept until every instance has read them into its own
+    // window (or for the window, if it is shorter).
+    let claims = crate::config::dedup_shared_timing().unwrap_or(
+        crate::ingest::window::shared::SharedTiming {
+            kept: crate::ingest::window::shared::DEFAULT_KEPT,
+        },
+    );
     let mut failures = 0u32;
     let mut journal = None;
     let mut ahead = ReadAhead::default();
@@ -153,10 +158,11 @@ async fn run(
                 continue;
             }
         }
-        if db.get_database_backend() == DbBackend::Postgres && last_expiry.elapsed() >= EXPIRE_EVERY
+        if db.get_database_backend() == DbBackend::Postgres
+            && last_expiry.elapsed() >= claims.expire_every()
         {
             last_expiry = tokio::time::Instant::now();
-            if let Err(e) = dedup::expire_shared(&db, Utc::now(), window).await {
+            if let Err(e) = dedup::expire_shared(&db, claims.kept.min(window)).await {
                 tracing::warn!(error = %e, "could not expire old messageId claims");
             }
         }

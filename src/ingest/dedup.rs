@@ -3,13 +3,13 @@
 //!
 //! SQLite (one serving process per file): 128-bit hashes of (organization, messageId) in a
 //! window of bounded memory (`super::window`), without a random-key index on the acknowledging
-//! path. PostgreSQL (several instances): the `ingest_message_keys` table, claimed with `ON
-//! CONFLICT` in the acknowledging transaction, so a repeat is dropped whichever instance it
-//! reaches.
+//! path. PostgreSQL (several instances): each instance's own window of the same kind, and the
+//! `ingest_message_keys` table of the last seconds' claims, claimed with `ON CONFLICT` in the
+//! acknowledging transaction, so a repeat is dropped whichever instance it reaches
+//! (`super::window::shared`).
 
 use std::{collections::HashSet, time::Duration};
 
-use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 
 /// Default window.
@@ -50,27 +50,48 @@ pub fn message_key(organization_id: &str, message_id: &str) -> MessageKey {
     ((v >> 64) as u64, v as u64)
 }
 
-/// PostgreSQL: a message's claim key, 16 bytes of SHA-256 of (organization, 0xFF, messageId),
-/// in hex (the migration that introduced the keys computes the same bytes in SQL).
-pub fn shared_key(organization_id: &str, message_id: &str) -> String {
+/// PostgreSQL: a message's claim key, 16 bytes of SHA-256 of (organization, 0xFF, messageId)
+/// (the migration that introduced the keys computes the same bytes in SQL).
+pub fn shared_key_bytes(organization_id: &str, message_id: &str) -> [u8; 16] {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     h.update(organization_id.as_bytes());
     h.update([0xff]);
     h.update(message_id.as_bytes());
-    hex::encode(&h.finalize()[..16])
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&h.finalize()[..16]);
+    key
+}
+
+/// PostgreSQL: [`shared_key_bytes`] in hex, as the claims statement takes them.
+pub fn shared_key(organization_id: &str, message_id: &str) -> String {
+    hex::encode(shared_key_bytes(organization_id, message_id))
+}
+
+/// PostgreSQL: a claim key as each instance's own window holds it.
+pub fn shared_message_key(organization_id: &str, message_id: &str) -> MessageKey {
+    key_of_claim(&shared_key_bytes(organization_id, message_id)).unwrap_or_default()
+}
+
+/// A claim key read back from the claims table; `None` if it is not 16 bytes.
+pub fn key_of_claim(bytes: &[u8]) -> Option<MessageKey> {
+    let bytes: &[u8; 16] = bytes.try_into().ok()?;
+    let (high, low) = bytes.split_at(8);
+    Some((
+        u64::from_be_bytes(high.try_into().ok()?),
+        u64::from_be_bytes(low.try_into().ok()?),
+    ))
 }
 
 /// PostgreSQL: claims messages in the caller's transaction and answers those that are new
-/// (never seen, or first seen before the window). A concurrent instance's claim of the same
-/// message waits for that transaction and then counts as a repeat.
+/// (not claimed, or claimed before the window). A concurrent instance's claim of the same
+/// message waits for that transaction and then counts as a repeat. A claim is stamped with the
+/// server's time of the transaction's start, the one clock every instance reads the claims by.
 pub async fn claim_shared<C: ConnectionTrait>(
     conn: &C,
     messages: &[(String, String)],
-    now: DateTime<Utc>,
     window: Duration,
 ) -> Result<HashSet<(String, String)>, DbErr> {
-    let cutoff = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
     let mut fresh = HashSet::new();
     if messages.is_empty() {
         return Ok(fresh);
@@ -90,11 +111,11 @@ pub async fn claim_shared<C: ConnectionTrait>(
         .query_all_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             "INSERT INTO ingest_message_keys (key, first_seen_at) \
-             SELECT decode(k, 'hex'), $2 FROM unnest(string_to_array($1, ',')) AS k \
+             SELECT decode(k, 'hex'), now() FROM unnest(string_to_array($1, ',')) AS k \
              ON CONFLICT (key) DO UPDATE SET first_seen_at = EXCLUDED.first_seen_at \
-             WHERE ingest_message_keys.first_seen_at <= $3 \
+             WHERE ingest_message_keys.first_seen_at <= now() - make_interval(secs => $2) \
              RETURNING encode(key, 'hex')",
-            [keys.join(",").into(), now.into(), cutoff.into()],
+            [keys.join(",").into(), window.as_secs_f64().into()],
         ))
         .await?;
     let by_key: std::collections::HashMap<&str, &(String, String)> =
@@ -108,18 +129,15 @@ pub async fn claim_shared<C: ConnectionTrait>(
     Ok(fresh)
 }
 
-/// PostgreSQL: forgets messages first seen before the window (any instance may run it).
-pub async fn expire_shared<C: ConnectionTrait>(
-    conn: &C,
-    now: DateTime<Utc>,
-    window: Duration,
-) -> Result<u64, DbErr> {
-    let cutoff = now - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
+/// PostgreSQL: removes claims made more than `kept` ago by the server's clock (any instance may
+/// run it): by then every instance's own window holds them.
+pub async fn expire_shared<C: ConnectionTrait>(conn: &C, kept: Duration) -> Result<u64, DbErr> {
     let done = conn
         .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "DELETE FROM ingest_message_keys WHERE first_seen_at <= $1",
-            [cutoff.into()],
+            "DELETE FROM ingest_message_keys \
+             WHERE first_seen_at < now() - make_interval(secs => $1)",
+            [kept.as_secs_f64().into()],
         ))
         .await?;
     Ok(done.rows_affected())
@@ -128,6 +146,17 @@ pub async fn expire_shared<C: ConnectionTrait>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claim_keys_read_back_as_written() {
+        let bytes = shared_key_bytes("org", "m1");
+        assert_eq!(key_of_claim(&bytes), Some(shared_message_key("org", "m1")));
+        assert_ne!(
+            shared_message_key("org", "m1"),
+            shared_message_key("org2", "m1")
+        );
+        assert_eq!(key_of_claim(&bytes[..15]), None);
+    }
 
     #[test]
     fn windows_parse() {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{
     dedup, journal,
     validate::{AcceptedEvent, Batch},
-    window::{self, LocalWindow},
+    window::{self, shared::SharedWindow, LocalWindow},
 };
 
 /// Batches that may wait for the writer before senders wait too (backpressure).
@@ -35,6 +35,12 @@ pub enum WriteError {
     Unavailable(String),
     #[error("{0}")]
     Failed(String),
+}
+
+impl From<DbErr> for WriteError {
+    fn from(err: DbErr) -> Self {
+        WriteError::from(&err)
+    }
 }
 
 impl From<&DbErr> for WriteError {
@@ -80,11 +86,16 @@ impl Pending {
     }
 }
 
-/// How repeats are found: in memory on SQLite (one serving process per file), in the shared
-/// `ingest_message_keys` table on PostgreSQL (every instance sees every claim).
+/// How repeats are found: in memory on SQLite (one serving process per file); on PostgreSQL
+/// in the instance's own window, then by a claim in the shared `ingest_message_keys` table,
+/// where the copies sent to two instances at once meet.
 enum Repeats {
     Memory(LocalWindow),
-    Shared(Duration),
+    Shared {
+        window: Duration,
+        own: SharedWindow,
+        timing: window::shared::SharedTiming,
+    },
 }
 
 /// Starts the writer task on the current runtime; it ends when every sender is dropped.
@@ -108,13 +119,38 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
         }
     };
     let mut repeats = match db.get_database_backend() {
-        DbBackend::Postgres => Repeats::Shared(window),
+        DbBackend::Postgres => {
+            let timing =
+                crate::config::dedup_shared_timing().unwrap_or(window::shared::SharedTiming {
+                    kept: window::shared::DEFAULT_KEPT,
+                });
+            let own = loop {
+                match SharedWindow::open(&db, &journal, window, timing).await {
+                    Ok(own) => break own,
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not rebuild the messageId window; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                }
+            };
+            let (messages, runs, bytes) = own.describe();
+            tracing::info!(messages, runs, bytes, "messageId window loaded");
+            Repeats::Shared {
+                window,
+                own,
+                timing,
+            }
+        }
         _ => {
             // Requests wait (in the queue) until the window is rebuilt: a repeat of a batch
             // acknowledged before a restart must still be recognised.
             let memory = loop {
                 let loaded = match window::for_database(&db, window).await {
-                    Ok(mut memory) => memory.load(&db, &journal).await.map(|()| memory),
+                    Ok(mut memory) => memory
+                        .load(&db, &journal, dedup::message_key)
+                        .await
+                        .map(|()| memory),
                     Err(e) => Err(e),
                 };
                 match loaded {
@@ -152,23 +188,33 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
         // A request that is gone (its client hung up) is told nothing: its events are not
         // written, so a retry of it cannot store them twice.
         jobs.retain(|job| !job.reply.is_closed());
-        if let Repeats::Memory(_) = &repeats {
-            // A batch that waited too long is refused (the client retries): the window's
-            // replay at start relies on every acknowledged batch having arrived shortly
-            // before it was recorded.
-            let oldest = Utc::now() - window::MAX_QUEUE_WAIT;
-            let (stale, fresh): (Vec<Job>, Vec<Job>) = jobs
-                .into_iter()
-                .partition(|job| job.batch.received_at < oldest);
-            jobs = fresh;
-            for job in stale {
-                let _ = job.reply.send(Err(WriteError::Unavailable(
-                    "the batch waited too long for the writer".into(),
-                )));
-            }
+        // A batch that waited too long is refused (the client retries): the window's replay
+        // at start relies on every acknowledged batch having arrived shortly before it was
+        // recorded.
+        let oldest = Utc::now() - window::MAX_QUEUE_WAIT;
+        let (stale, fresh): (Vec<Job>, Vec<Job>) = jobs
+            .into_iter()
+            .partition(|job| job.batch.received_at < oldest);
+        jobs = fresh;
+        for job in stale {
+            let _ = job.reply.send(Err(WriteError::Unavailable(
+                "the batch waited too long for the writer".into(),
+            )));
         }
         if jobs.is_empty() {
             continue;
+        }
+        if let Repeats::Shared { own, .. } = &repeats {
+            if !own.is_current() {
+                // Messages another instance took may have left the shared table unread.
+                let behind = WriteError::Unavailable(
+                    "the messageId window is catching up with the other instances".into(),
+                );
+                for job in jobs {
+                    let _ = job.reply.send(Err(behind.clone()));
+                }
+                continue;
+            }
         }
         if unreachable_until.is_some_and(|until| std::time::Instant::now() < until) {
             let refused =
@@ -187,9 +233,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             })
             .collect();
         let started = std::time::Instant::now();
-        let written = write_group(journal.conn(), &mut repeats, &mut group)
-            .await
-            .map_err(|e| WriteError::from(&e));
+        let written = write_group(journal.conn(), &mut repeats, &mut group).await;
         if written.is_ok() {
             unreachable_until = None;
         }
@@ -208,9 +252,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
                     }
                     pending.restore();
                     let mut one = vec![pending];
-                    let result = write_group(journal.conn(), &mut repeats, &mut one)
-                        .await
-                        .map_err(|e| WriteError::from(&e));
+                    let result = write_group(journal.conn(), &mut repeats, &mut one).await;
                     if let Err(err @ WriteError::Unavailable(_)) = &result {
                         unreachable = Some(err.clone());
                     }
@@ -231,12 +273,16 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
         super::stats::stats()
             .writer_busy_us
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-        if let Repeats::Memory(memory) = &mut repeats {
-            memory.sweep(Utc::now());
-            super::stats::stats()
-                .window_bytes
-                .store(memory.memory_bytes() as u64, Relaxed);
-        }
+        let window_bytes = match &mut repeats {
+            Repeats::Memory(memory) => {
+                memory.sweep(Utc::now());
+                memory.memory_bytes()
+            }
+            Repeats::Shared { own, .. } => own.sweep(Utc::now()),
+        };
+        super::stats::stats()
+            .window_bytes
+            .store(window_bytes as u64, Relaxed);
     }
 }
 
@@ -257,7 +303,7 @@ async fn write_group(
     db: &DatabaseConnection,
     repeats: &mut Repeats,
     group: &mut [Pending],
-) -> Result<(), DbErr> {
+) -> Result<(), WriteError> {
     let mut recorded = Vec::new();
     let written = journal_group(db, repeats, group, &mut recorded).await;
     if written.is_err() {
@@ -275,7 +321,7 @@ async fn journal_group(
     repeats: &mut Repeats,
     group: &mut [Pending],
     recorded: &mut Vec<dedup::MessageKey>,
-) -> Result<(), DbErr> {
+) -> Result<(), WriteError> {
     let now = Utc::now();
     // Where the writer's time goes, for `RUST_LOG=custintel::ingest::writer=debug`.
     let started = std::time::Instant::now();
@@ -294,7 +340,19 @@ async fn journal_group(
             }
             None
         }
-        Repeats::Shared(window) => {
+        Repeats::Shared { window, own, .. } => {
+            // What this instance's window knows is a repeat; the rest is claimed.
+            for pending in group.iter_mut() {
+                let batch = &pending.job.batch;
+                let keys: Vec<dedup::MessageKey> = batch
+                    .events
+                    .iter()
+                    .filter_map(|e| e.message_id.as_deref())
+                    .map(|id| dedup::shared_message_key(&batch.organization_id, id))
+                    .collect();
+                let mut known = own.known(&keys, now).into_iter();
+                retain_fresh(pending, |_, _| !known.next().unwrap_or(false));
+            }
             let txn = crate::db::begin_write(db).await?;
             // Distinct messages of the group, first copy wins; the table answers which are new.
             let mut distinct = HashSet::new();
@@ -310,7 +368,7 @@ async fn journal_group(
                     }
                 }
             }
-            let mut new = dedup::claim_shared(&txn, &claims, now, *window).await?;
+            let mut new = dedup::claim_shared(&txn, &claims, *window).await?;
             for pending in group.iter_mut() {
                 retain_fresh(pending, |org, id| {
                     new.remove(&(org.to_string(), id.to_string()))
@@ -341,6 +399,15 @@ async fn journal_group(
     match txn {
         Some(txn) => {
             journal::append_encoded(&txn, &rows).await?;
+            if let Repeats::Shared { timing, .. } = repeats {
+                if started.elapsed() > timing.longest_write() {
+                    // Its claims would commit after the other instances read past their time:
+                    // not committed (rolled back as the transaction drops), the client retries.
+                    return Err(WriteError::Unavailable(
+                        "the database took too long to take the batch".into(),
+                    ));
+                }
+            }
             txn.commit().await?;
         }
         None => journal::append_encoded(db, &rows).await?,

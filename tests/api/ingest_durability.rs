@@ -24,8 +24,13 @@ fn free_port() -> u16 {
 }
 
 fn serve(url: &str, port: u16) -> Child {
+    serve_with(url, port, &[])
+}
+
+fn serve_with(url: &str, port: u16, env: &[(&str, &str)]) -> Child {
     Command::new(BIN)
         .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .envs(env.iter().copied())
         .env("DATABASE_URL", url)
         // On SQLite, the window writes its recent keys to disk every 500 messages, so a
         // restart finds most of them in its runs.
@@ -344,4 +349,134 @@ async fn sigterm_applies_what_it_acknowledged_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_applies_what_it_acknowledged_postgres() {
     stop_mid_load(Stop::Term, true).await;
+}
+
+/// Sends every batch to the endpoint (four at a time); each is acknowledged with all its
+/// events counted as processed, repeats included.
+async fn send_all(client: &reqwest::Client, endpoint: &str, batches: &[(Vec<String>, Value)]) {
+    let mut sends = tokio::task::JoinSet::new();
+    for chunk in batches.chunks(batches.len().div_ceil(4)) {
+        let (client, endpoint, chunk) = (client.clone(), endpoint.to_string(), chunk.to_vec());
+        sends.spawn(async move {
+            for (_, body) in chunk {
+                // A 503 (a slow transaction, a window catching up) is retried, as clients do.
+                let mut tries = 0;
+                let (status, answer) = loop {
+                    let r = client
+                        .post(&endpoint)
+                        .json(&body)
+                        .send()
+                        .await
+                        .expect("send");
+                    let status = r.status().as_u16();
+                    let answer: Value = r.json().await.expect("answer");
+                    tries += 1;
+                    if status != 503 || tries == 50 {
+                        break (status, answer);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                assert_eq!(status, 200, "{answer}");
+                assert_eq!(answer["processed"], 50, "{answer}");
+            }
+        });
+    }
+    while let Some(done) = sends.join_next().await {
+        done.expect("sender");
+    }
+}
+
+/// PostgreSQL keeps a claim in the shared table for seconds only; after that, each instance's
+/// own window drops the repeat: copies sent to two instances at once, copies sent to the
+/// other instance after the table forgot them, to an instance restarted after SIGKILL, and
+/// to a new instance with an empty window directory. Each message is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(tdb) = test_db(true, dir.path()).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let public_key = create_org(&tdb.url);
+    let windows = dir.path().join("windows").display().to_string();
+    let env = [
+        ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
+        ("CUSTINTEL_WINDOW_DIR", windows.as_str()),
+        ("CUSTINTEL_DEDUP_SEAL_KEYS", "500"),
+    ];
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = serve_with(&tdb.url, port_a, &env);
+    let mut b = serve_with(&tdb.url, port_b, &env);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, port_a).await;
+    wait_healthy(&client, port_b).await;
+    let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
+    let db = custintel::db::connect(&tdb.url, None).await.expect("db");
+    let claims_expired = || async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while count(&db, "SELECT count(*) FROM ingest_message_keys").await > 0 {
+            assert!(Instant::now() < deadline, "claims not expired");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let applied = || async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pending(&db).await > 0 {
+            assert!(Instant::now() < deadline, "journal not applied");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+
+    // The same batches to both instances at once.
+    let first: Vec<(Vec<String>, Value)> = (0..8)
+        .flat_map(|worker| (0..5).map(move |n| batch(worker, n)))
+        .collect();
+    let (to_a, to_b) = (endpoint(port_a), endpoint(port_b));
+    tokio::join!(
+        send_all(&client, &to_a, &first),
+        send_all(&client, &to_b, &first)
+    );
+    claims_expired().await;
+    // Both instances again, the shared table empty: each window knows every message.
+    send_all(&client, &endpoint(port_b), &first).await;
+    send_all(&client, &endpoint(port_a), &first).await;
+    applied().await;
+    check_stored_once(&db, &first).await;
+
+    // B is killed; A takes new messages, and the table forgets them before B is back.
+    b.kill().expect("SIGKILL");
+    let _ = b.wait();
+    let second: Vec<(Vec<String>, Value)> = (0..8)
+        .flat_map(|worker| (5..10).map(move |n| batch(worker, n)))
+        .collect();
+    send_all(&client, &endpoint(port_a), &second).await;
+    claims_expired().await;
+    let mut b = serve_with(&tdb.url, port_b, &env);
+    wait_healthy(&client, port_b).await;
+    send_all(&client, &endpoint(port_b), &second).await;
+    send_all(&client, &endpoint(port_b), &first).await;
+
+    // A new instance whose window directory is empty reads the whole window back.
+    let fresh_windows = dir.path().join("fresh").display().to_string();
+    let port_c = free_port();
+    let mut c = serve_with(
+        &tdb.url,
+        port_c,
+        &[
+            ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
+            ("CUSTINTEL_WINDOW_DIR", fresh_windows.as_str()),
+        ],
+    );
+    wait_healthy(&client, port_c).await;
+    send_all(&client, &endpoint(port_c), &first).await;
+    send_all(&client, &endpoint(port_c), &second).await;
+    applied().await;
+    let all: Vec<(Vec<String>, Value)> = first.iter().chain(&second).cloned().collect();
+    check_stored_once(&db, &all).await;
+    for server in [&mut a, &mut b, &mut c] {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+    drop(db);
+    tdb.cleanup().await;
 }

@@ -22,6 +22,7 @@
 
 pub mod fingerprints;
 pub mod runs;
+pub mod shared;
 
 use std::{
     cmp::Reverse,
@@ -41,7 +42,7 @@ use self::{
     fingerprints::{shard_of, Fingerprints, SHARDS},
     runs::KeyRun,
 };
-use super::dedup::{message_key, MessageKey};
+use super::dedup::MessageKey;
 
 /// Recent keys sealed into a run at a time.
 pub const SEAL_KEYS: usize = 400_000;
@@ -189,7 +190,8 @@ impl Store {
     }
 }
 
-/// The window of a SQLite database.
+/// A window kept by one process: a SQLite database's, or one PostgreSQL instance's
+/// ([`shared`]).
 pub struct LocalWindow {
     window: chrono::Duration,
     /// `None` for an in-memory database: every key stays in `recent`.
@@ -363,8 +365,7 @@ impl LocalWindow {
             + self.runs.iter().map(|r| r.memory_bytes()).sum::<usize>()
     }
 
-    /// Whether a message first seen within the window is known.
-    #[cfg(test)]
+    /// Whether a message first seen within the window is known (without recording it).
     pub fn contains(&self, key: &MessageKey, now: DateTime<Utc>) -> bool {
         let expired = second(now - self.window);
         self.fingerprints.may_contain(key)
@@ -474,6 +475,20 @@ impl LocalWindow {
         for key in keys {
             if self.recent[shard_of(key)].remove(key).is_some() {
                 self.fingerprints.remove(key);
+            }
+        }
+    }
+
+    /// How long the window is.
+    pub fn window_length(&self) -> Duration {
+        self.window.to_std().unwrap_or(Duration::from_secs(86_400))
+    }
+
+    /// Moves every key of this window (an in-memory one, filled on the side) into `other`.
+    pub fn drain_into(self, other: &mut LocalWindow) {
+        for shard in self.recent {
+            for (key, second) in shard {
+                other.add_recent(key, second);
             }
         }
     }
@@ -631,15 +646,52 @@ impl LocalWindow {
         }
     }
 
-    /// Replays what the runs lack from what the database holds: the events received since
-    /// the replay's start (their ids are time-ordered, so this reads one primary-key range)
-    /// and the journal's batches not yet applied. Without runs, that is the whole window.
+    /// Replays what the runs lack from what the database holds: the journal's batches not yet
+    /// applied, then the events received since the replay's start (their ids are time-ordered,
+    /// so this reads one primary-key range). Without runs, that is the whole window. `key_of`
+    /// is how this window keys a message.
     pub async fn load<C: ConnectionTrait>(
         &mut self,
         conn: &C,
         journal: &super::journal::Journal,
+        key_of: fn(&str, &str) -> MessageKey,
     ) -> Result<(), DbErr> {
         let since = self.replay_from.max(Utc::now() - self.window);
+        self.replay(conn, journal, since, key_of).await
+    }
+
+    /// Moves the start of [`load`](Self::load)'s replay `earlier`: where what the runs hold was
+    /// recorded some time after it was stored (PostgreSQL's instances, whose windows follow
+    /// the shared claims).
+    pub fn replay_earlier(&mut self, earlier: chrono::Duration) {
+        self.replay_from -= earlier;
+    }
+
+    /// Records every message stored since `since`: the journal's batches first, then the
+    /// events, so a batch the applier moves from one to the other meanwhile is read in one of
+    /// them.
+    pub async fn replay<C: ConnectionTrait>(
+        &mut self,
+        conn: &C,
+        journal: &super::journal::Journal,
+        since: DateTime<Utc>,
+        key_of: fn(&str, &str) -> MessageKey,
+    ) -> Result<(), DbErr> {
+        let mut after_seq = 0i64;
+        loop {
+            let batches = journal.read_after(after_seq, 200).await?;
+            let Some(last) = batches.last() else { break };
+            after_seq = last.seq;
+            for entry in &batches {
+                let keys = entry.batch.events.iter().filter_map(|e| {
+                    e.message_id
+                        .as_deref()
+                        .map(|m| key_of(&entry.batch.organization_id, m))
+                });
+                let keys: Vec<MessageKey> = keys.collect();
+                self.record(keys, entry.batch.received_at);
+            }
+        }
         let backend = conn.get_database_backend();
         let mut after = crate::ids::time_ordered_floor(since);
         loop {
@@ -661,25 +713,10 @@ impl LocalWindow {
                 let received_at: DateTime<Utc> = row.try_get_by_index(3)?;
                 if let (Some(m), true) = (message_id, received_at > since) {
                     let org: String = row.try_get_by_index(1)?;
-                    self.record([message_key(&org, &m)], received_at);
+                    self.record([key_of(&org, &m)], received_at);
                 }
             }
             self.sweep(Utc::now());
-        }
-        let mut after_seq = 0i64;
-        loop {
-            let batches = journal.read_after(after_seq, 200).await?;
-            let Some(last) = batches.last() else { break };
-            after_seq = last.seq;
-            for entry in &batches {
-                let keys = entry.batch.events.iter().filter_map(|e| {
-                    e.message_id
-                        .as_deref()
-                        .map(|m| message_key(&entry.batch.organization_id, m))
-                });
-                let keys: Vec<MessageKey> = keys.collect();
-                self.record(keys, entry.batch.received_at);
-            }
         }
         Ok(())
     }
@@ -706,7 +743,16 @@ pub async fn for_database(db: &DatabaseConnection, window: Duration) -> Result<L
         return Ok(LocalWindow::in_memory(window));
     };
     let identity = database_identity(db, &file).await?;
-    let dir = crate::db::beside(&file, "window");
+    open_in(crate::db::beside(&file, "window"), identity, window).await
+}
+
+/// The window whose runs are in `dir`, made for the database `identity` names (see
+/// [`LocalWindow::open`]), opened off the runtime's threads. Not yet loaded.
+pub async fn open_in(
+    dir: PathBuf,
+    identity: String,
+    window: Duration,
+) -> Result<LocalWindow, DbErr> {
     // Fewer keys a seal make the runs' path run in small tests.
     let seal_keys = std::env::var("CUSTINTEL_DEDUP_SEAL_KEYS")
         .ok()
@@ -741,6 +787,7 @@ async fn database_identity(db: &DatabaseConnection, file: &Path) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::dedup::message_key;
 
     fn minutes(n: i64) -> chrono::Duration {
         chrono::Duration::minutes(n)

@@ -1,0 +1,348 @@
+//! The `messageId` window of a PostgreSQL database, which several instances serve at once.
+//!
+//! Every instance keeps the whole window itself, in the same bounded memory as SQLite's
+//! ([`LocalWindow`], its runs in a directory of its own), and the database keeps only the last
+//! few seconds of claims (`ingest_message_keys`, [`SharedTiming::kept`]). A batch's messages are
+//! checked against the instance's own window first; those it does not know are claimed in the
+//! table, in the transaction that journals the batch, where copies sent to two instances at
+//! once meet: the second waits for the first's commit and finds its claim. Each instance reads
+//! the claims every instance made into its own window about once a second, before the table
+//! forgets them.
+//!
+//! So the table the acknowledging path writes to stays small (the seconds the instances need
+//! to read it) whatever the window's length and rate: a claim is an insert into a B-tree that
+//! stays in the server's cache, instead of a random insert into one that holds the whole window
+//! (864 million keys for a day at 10,000 events/s).
+//!
+//! The claims are read by the server's clock: a claim is stamped with its transaction's start
+//! (`now()`), read once it is older than [`SharedTiming::grace`], and a write whose transaction
+//! lasted longer than [`SharedTiming::longest_write`] is not committed (the batch is refused,
+//! the client retries), so no claim commits after the readers passed its time. An instance
+//! whose reading fell behind refuses batches (503) until it has caught up, and one that fell
+//! behind the table's expiry (stopped, or cut off from the database) first records what it
+//! missed from the stored events and the journal, as every instance does at start.
+
+use std::{
+    fs::File,
+    path::PathBuf,
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
+
+use super::LocalWindow;
+use crate::ingest::{
+    dedup::{self, MessageKey},
+    journal::Journal,
+};
+
+/// How long claims stay in the shared table by default.
+pub const DEFAULT_KEPT: Duration = Duration::from_secs(30);
+
+/// The shared table's timing, all derived from how long it keeps a claim.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SharedTiming {
+    /// How long a claim stays in the shared table (`CUSTINTEL_DEDUP_SHARED_SPAN`).
+    pub kept: Duration,
+}
+
+impl SharedTiming {
+    /// How old a claim is before the instances read it: longer than any transaction that
+    /// commits one lasts.
+    pub fn grace(&self) -> Duration {
+        self.kept / 3
+    }
+
+    /// The longest an acknowledging transaction may last and still commit.
+    pub fn longest_write(&self) -> Duration {
+        self.kept / 6
+    }
+
+    /// How long after its last read of the claims an instance still trusts its window: the
+    /// claims it has not read yet are then still in the table.
+    fn trusted_for(&self) -> Duration {
+        self.kept / 2
+    }
+
+    /// How often the claims are read.
+    fn read_every(&self) -> Duration {
+        (self.kept / 30).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+
+    /// How often old claims are removed from the table.
+    pub fn expire_every(&self) -> Duration {
+        (self.kept / 6).min(Duration::from_secs(60))
+    }
+}
+
+/// An instance's window of a PostgreSQL database (see the module's description).
+pub struct SharedWindow {
+    local: Arc<Mutex<LocalWindow>>,
+    /// When the last successful read of the claims was asked for.
+    read_at: Arc<Mutex<Instant>>,
+    timing: SharedTiming,
+    /// Held while the window's directory is this instance's.
+    _directory_lock: File,
+}
+
+impl SharedWindow {
+    /// Opens this instance's window (a directory no other running instance holds), records
+    /// what its runs lack from the database, and starts following the claims.
+    pub async fn open(
+        db: &DatabaseConnection,
+        journal: &Journal,
+        window: Duration,
+        timing: SharedTiming,
+    ) -> Result<Self, DbErr> {
+        let identity = database_identity(db).await?;
+        let (dir, lock) = claim_directory(&base_directory(), &identity)
+            .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))?;
+        let mut local = super::open_in(dir, identity, window).await?;
+        // Runs hold what was read from the claims some seconds after the messages came.
+        local.replay_earlier(chrono_duration(timing.kept + timing.grace()));
+        // Whatever the replay below misses (claimed while it reads) is still in the table.
+        let from = server_time(db, timing.kept).await?.1;
+        local.load(db, journal, dedup::shared_message_key).await?;
+        let local = Arc::new(Mutex::new(local));
+        let read_at = Arc::new(Mutex::new(Instant::now()));
+        tokio::spawn(follow(
+            db.clone(),
+            journal.clone(),
+            Arc::downgrade(&local),
+            read_at.clone(),
+            timing,
+            from,
+        ));
+        Ok(Self {
+            local,
+            read_at,
+            timing,
+            _directory_lock: lock,
+        })
+    }
+
+    /// Whether the window holds every claim the table may have forgotten: otherwise batches
+    /// are refused until it does.
+    pub fn is_current(&self) -> bool {
+        lock(&self.read_at).elapsed() <= self.timing.trusted_for()
+    }
+
+    /// Answers, for each key, whether the window knows it (first claimed within the window).
+    pub fn known(&self, keys: &[MessageKey], now: DateTime<Utc>) -> Vec<bool> {
+        let local = lock(&self.local);
+        keys.iter().map(|k| local.contains(k, now)).collect()
+    }
+
+    /// Between writes: see [`LocalWindow::sweep`]. Answers the window's memory.
+    pub fn sweep(&self, now: DateTime<Utc>) -> usize {
+        let mut local = lock(&self.local);
+        local.sweep(now);
+        local.memory_bytes()
+    }
+
+    /// Messages held, runs on disk and memory: for the start-up log.
+    pub fn describe(&self) -> (usize, usize, usize) {
+        let local = lock(&self.local);
+        (local.len(), local.run_count(), local.memory_bytes())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(1))
+}
+
+/// Where instances keep their windows (`CUSTINTEL_WINDOW_DIR`, else the system's temporary
+/// directory).
+fn base_directory() -> PathBuf {
+    match std::env::var("CUSTINTEL_WINDOW_DIR") {
+        Ok(dir) if !dir.trim().is_empty() => PathBuf::from(dir),
+        _ => std::env::temp_dir().join("custintel-window"),
+    }
+}
+
+/// The first directory of this database under `base` that no running process holds, and the
+/// lock that holds it. A restarted instance takes back the one it left, with its runs.
+fn claim_directory(base: &std::path::Path, identity: &str) -> std::io::Result<(PathBuf, File)> {
+    std::fs::create_dir_all(base)?;
+    let name = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(identity.as_bytes()));
+    for slot in 0.. {
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(base.join(format!("{name}-{slot}.lock")))?;
+        match lock.try_lock() {
+            Ok(()) => return Ok((base.join(format!("{name}-{slot}")), lock)),
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    unreachable!("an unbounded range ends")
+}
+
+/// What tells this database apart from another: its name, the schema, and when its schema
+/// was first created (a database dropped and made again under the same name differs).
+async fn database_identity(db: &DatabaseConnection) -> Result<String, DbErr> {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT current_database() || ':' || current_schema() || ':' || \
+             coalesce((SELECT CAST(applied_at AS text) FROM seaql_migrations \
+             ORDER BY version LIMIT 1), '')",
+        ))
+        .await?;
+    Ok(row
+        .map(|r| r.try_get_by_index::<String>(0))
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The server's time less the grace (how far claims may be read), and less `kept` (before
+/// which the table may have forgotten them).
+async fn server_time(
+    db: &DatabaseConnection,
+    kept: Duration,
+) -> Result<(DateTime<Utc>, DateTime<Utc>), DbErr> {
+    let timing = SharedTiming { kept };
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT clock_timestamp() - make_interval(secs => $1), \
+             clock_timestamp() - make_interval(secs => $2)",
+            [
+                timing.grace().as_secs_f64().into(),
+                kept.as_secs_f64().into(),
+            ],
+        ))
+        .await?
+        .ok_or_else(|| DbErr::Custom("the server did not tell its time".into()))?;
+    Ok((row.try_get_by_index(0)?, row.try_get_by_index(1)?))
+}
+
+/// Reads the claims into the window about once a second, until the window is dropped.
+async fn follow(
+    db: DatabaseConnection,
+    journal: Journal,
+    local: Weak<Mutex<LocalWindow>>,
+    read_at: Arc<Mutex<Instant>>,
+    timing: SharedTiming,
+    mut from: DateTime<Utc>,
+) {
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(timing.read_every()).await;
+        let Some(window) = local.upgrade() else {
+            return;
+        };
+        let asked = Instant::now();
+        match read_claims(&db, &journal, &window, timing, &mut from).await {
+            Ok(()) => {
+                *lock(&read_at) = asked;
+                if failing_since.take().is_some() {
+                    tracing::info!("reading the messageId claims again");
+                }
+            }
+            Err(e) => {
+                // Logged once per failure spell: during an outage it fails every second.
+                if failing_since.is_none() {
+                    tracing::warn!(error = %e, "could not read the messageId claims; batches are refused once the window is behind");
+                    failing_since = Some(asked);
+                }
+            }
+        }
+    }
+}
+
+/// One read: the claims made since `from` that are old enough to have committed, and, if
+/// the table may have forgotten some since `from`, the stored messages first.
+async fn read_claims(
+    db: &DatabaseConnection,
+    journal: &Journal,
+    window: &Mutex<LocalWindow>,
+    timing: SharedTiming,
+    from: &mut DateTime<Utc>,
+) -> Result<(), DbErr> {
+    let (upto, forgotten_before) = server_time(db, timing.kept).await?;
+    let margin = chrono_duration(timing.kept / 6);
+    if *from < forgotten_before + margin {
+        let since = *from - margin;
+        tracing::warn!(%since, "the messageId window fell behind the shared claims; recording the stored messages since then");
+        // Replayed into a window of its own, then merged: the writer keeps checking meanwhile
+        // (and refuses batches, the window being behind).
+        let mut replayed = {
+            let local = lock(window);
+            LocalWindow::in_memory(local.window_length())
+        };
+        replayed
+            .replay(db, journal, since, dedup::shared_message_key)
+            .await?;
+        let mut local = lock(window);
+        replayed.drain_into(&mut local);
+    }
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT key, first_seen_at FROM ingest_message_keys \
+             WHERE first_seen_at > $1 AND first_seen_at <= $2",
+            [(*from).into(), upto.into()],
+        ))
+        .await?;
+    let mut claims: Vec<(MessageKey, DateTime<Utc>)> = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let key: Vec<u8> = row.try_get_by_index(0)?;
+        let first_seen: DateTime<Utc> = row.try_get_by_index(1)?;
+        if let Some(key) = dedup::key_of_claim(&key) {
+            claims.push((key, first_seen));
+        }
+    }
+    {
+        let mut local = lock(window);
+        for (key, first_seen) in claims {
+            local.record([key], first_seen);
+        }
+        local.sweep(Utc::now());
+    }
+    *from = upto.max(*from);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_keeps_its_order() {
+        let t = SharedTiming { kept: DEFAULT_KEPT };
+        // A claim commits (longest write) before it is read (grace), and is read again and
+        // again (trusted) before the table forgets it (kept).
+        assert!(t.longest_write() < t.grace());
+        assert!(t.grace() + t.trusted_for() < t.kept);
+        assert_eq!(t.read_every(), Duration::from_secs(1));
+        let short = SharedTiming {
+            kept: Duration::from_secs(3),
+        };
+        assert_eq!(short.read_every(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_directory_is_held_by_one_window_at_a_time() {
+        let base = tempfile::tempdir().unwrap();
+        let (first, first_lock) = claim_directory(base.path(), "db:schema:1").unwrap();
+        let (second, _second_lock) = claim_directory(base.path(), "db:schema:1").unwrap();
+        assert_ne!(first, second);
+        let (other, _other_lock) = claim_directory(base.path(), "db:schema:2").unwrap();
+        assert_ne!(other, first);
+        drop(first_lock);
+        let (again, _) = claim_directory(base.path(), "db:schema:1").unwrap();
+        assert_eq!(
+            again, first,
+            "a restarted instance takes back its directory"
+        );
+    }
+}
