@@ -80,13 +80,11 @@ impl Workers {
             },
             ..state.clone()
         };
-        let window = crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW);
         let applier = {
             let _on_background = background.handle().enter();
             tasks.extend(crate::engine::spawn(background_state.clone()));
             Applier::spawn(
                 background_state.db.clone(),
-                window,
                 crate::engine::evaluate::RulesCache::default(),
             )
         };

@@ -18,7 +18,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use super::{
     after_apply::AfterApply,
     apply_txn::ApplyTxn,
-    dedup, effects,
+    effects,
     journal::{self, Journal, JournalEntry},
     stats::WriterLoad,
     validate::Batch,
@@ -60,13 +60,9 @@ pub struct Applier {
 impl Applier {
     /// Starts the applier on the current runtime; `after` works on each group's events in its
     /// transaction (the automation engine's evaluation).
-    pub fn spawn(
-        db: DatabaseConnection,
-        window: Duration,
-        after: impl AfterApply + 'static,
-    ) -> Self {
+    pub fn spawn(db: DatabaseConnection, after: impl AfterApply + 'static) -> Self {
         let (stop, stopped) = watch::channel(None);
-        let task = tokio::spawn(run(db, window, Box::new(after), stopped));
+        let task = tokio::spawn(run(db, Box::new(after), stopped));
         Self { stop, task }
     }
 
@@ -90,18 +86,9 @@ impl Applier {
 
 async fn run(
     db: DatabaseConnection,
-    window: Duration,
     mut after: Box<dyn AfterApply>,
     mut stopped: watch::Receiver<Option<tokio::time::Instant>>,
 ) {
-    let mut last_expiry = tokio::time::Instant::now();
-    // PostgreSQL: the shared claims are kept until every instance has read them into its own
-    // window (or for the window, if it is shorter).
-    let claims = crate::config::dedup_shared_timing().unwrap_or(
-        crate::ingest::window::shared::SharedTiming {
-            kept: crate::ingest::window::shared::DEFAULT_KEPT,
-        },
-    );
     let mut failures = 0u32;
     let mut journal = None;
     let mut ahead = ReadAhead::default();
@@ -156,14 +143,6 @@ async fn run(
                     _ = stopped.changed() => {}
                 }
                 continue;
-            }
-        }
-        if db.get_database_backend() == DbBackend::Postgres
-            && last_expiry.elapsed() >= claims.expire_every()
-        {
-            last_expiry = tokio::time::Instant::now();
-            if let Err(e) = dedup::expire_shared(&db, claims.kept.min(window)).await {
-                tracing::warn!(error = %e, "could not expire old messageId claims");
             }
         }
         tokio::select! {

@@ -341,38 +341,45 @@ async fn journal_group(
             None
         }
         Repeats::Shared { window, own, .. } => {
-            // What this instance's window knows is a repeat; the rest is claimed.
+            // Each message is hashed once: its key is checked against this instance's window,
+            // and what the window does not know is claimed in the shared table.
+            let mut unknown: Vec<Vec<dedup::ClaimKey>> = Vec::with_capacity(group.len());
             for pending in group.iter_mut() {
                 let batch = &pending.job.batch;
-                let keys: Vec<dedup::MessageKey> = batch
+                let keys: Vec<dedup::ClaimKey> = batch
                     .events
                     .iter()
                     .filter_map(|e| e.message_id.as_deref())
-                    .map(|id| dedup::shared_message_key(&batch.organization_id, id))
+                    .map(|id| dedup::shared_key_bytes(&batch.organization_id, id))
                     .collect();
-                let mut known = own.known(&keys, now).into_iter();
-                retain_fresh(pending, |_, _| !known.next().unwrap_or(false));
+                let local: Vec<dedup::MessageKey> = keys
+                    .iter()
+                    .map(|k| dedup::key_of_claim(k).unwrap_or_default())
+                    .collect();
+                let known = own.known(&local, now);
+                let mut flags = known.iter();
+                retain_fresh(pending, |_, _| !flags.next().copied().unwrap_or(false));
+                unknown.push(
+                    keys.into_iter()
+                        .zip(known)
+                        .filter(|(_, known)| !known)
+                        .map(|(k, _)| k)
+                        .collect(),
+                );
             }
             let txn = crate::db::begin_write(db).await?;
             // Distinct messages of the group, first copy wins; the table answers which are new.
             let mut distinct = HashSet::new();
-            let mut claims = Vec::new();
-            for pending in group.iter() {
-                let batch = &pending.job.batch;
-                for event in &batch.events {
-                    if let Some(id) = &event.message_id {
-                        let key = (batch.organization_id.clone(), id.clone());
-                        if distinct.insert(key.clone()) {
-                            claims.push(key);
-                        }
-                    }
-                }
-            }
-            let mut new = dedup::claim_shared(&txn, &claims, *window).await?;
-            for pending in group.iter_mut() {
-                retain_fresh(pending, |org, id| {
-                    new.remove(&(org.to_string(), id.to_string()))
-                });
+            let claims: Vec<dedup::ClaimKey> = unknown
+                .iter()
+                .flatten()
+                .filter(|k| distinct.insert(**k))
+                .copied()
+                .collect();
+            let mut new = dedup::claim_shared(&txn, claims, *window).await?;
+            for (pending, keys) in group.iter_mut().zip(unknown) {
+                let mut keys = keys.iter();
+                retain_fresh(pending, |_, _| keys.next().is_some_and(|k| new.remove(k)));
             }
             Some(txn)
         }

@@ -153,10 +153,9 @@ async fn racing_appliers_reading_ahead_apply_each_batch_once() {
     let org = create_org(&db, "Racing Appliers Co").await;
     let journal = Journal::of(&db).await.expect("journal");
     let other_main = second_pool(&tmp).await;
-    let window = std::time::Duration::from_secs(3600);
     let appliers = [
-        custintel::ingest::applier::Applier::spawn(db.clone(), window, RulesCache::default()),
-        custintel::ingest::applier::Applier::spawn(other_main, window, RulesCache::default()),
+        custintel::ingest::applier::Applier::spawn(db.clone(), RulesCache::default()),
+        custintel::ingest::applier::Applier::spawn(other_main, RulesCache::default()),
     ];
     const ROUNDS: usize = 40;
     const PER_ROUND: usize = 5;
@@ -283,7 +282,10 @@ async fn claim_keys_match_the_migrations_sql() {
             .expect("query")
             .expect("row");
         let in_sql: String = row.try_get_by_index(0).expect("key");
-        assert_eq!(in_sql, custintel::ingest::dedup::shared_key(org, message));
+        assert_eq!(
+            in_sql,
+            hex::encode(custintel::ingest::dedup::shared_key_bytes(org, message))
+        );
     }
 }
 
