@@ -38,20 +38,9 @@ pub fn dedup_window() -> anyhow::Result<std::time::Duration> {
     }
 }
 
-/// How long PostgreSQL's shared table keeps a `messageId` claim before only the instances' own
-/// windows hold it (`CUSTINTEL_DEDUP_SHARED_SPAN`, same form as the window, at least 3 s,
-/// default 30 s); `serve` refuses to start on a malformed value.
+/// How long PostgreSQL's shared table keeps a `messageId` claim
+/// (`CUSTINTEL_DEDUP_SHARED_SPAN`); `serve` refuses to start on a malformed value.
 pub fn dedup_shared_timing() -> anyhow::Result<crate::ingest::window::shared::SharedTiming> {
-    let kept = match std::env::var("CUSTINTEL_DEDUP_SHARED_SPAN") {
-        Ok(v) if !v.trim().is_empty() => crate::ingest::dedup::parse_window(&v)
-            .ok()
-            .filter(|d| d.as_secs() >= 3)
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "CUSTINTEL_DEDUP_SHARED_SPAN: `{v}` is not a span of 3s or more (e.g. 30s)"
-                )
-            })?,
-        _ => crate::ingest::window::shared::DEFAULT_KEPT,
-    };
-    Ok(crate::ingest::window::shared::SharedTiming { kept })
+    crate::ingest::window::shared::SharedTiming::from_env()
+        .map_err(|e| anyhow::anyhow!("CUSTINTEL_DEDUP_SHARED_SPAN: {e}"))
 }

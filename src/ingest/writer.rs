@@ -120,10 +120,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
     };
     let mut repeats = match db.get_database_backend() {
         DbBackend::Postgres => {
-            let timing =
-                crate::config::dedup_shared_timing().unwrap_or(window::shared::SharedTiming {
-                    kept: window::shared::DEFAULT_KEPT,
-                });
+            let timing = window::shared::SharedTiming::from_env().unwrap_or_default();
             let own = loop {
                 match SharedWindow::open(&db, &journal, window, timing).await {
                     Ok(own) => break own,

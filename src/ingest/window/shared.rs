@@ -48,7 +48,25 @@ pub struct SharedTiming {
     pub kept: Duration,
 }
 
+impl Default for SharedTiming {
+    fn default() -> Self {
+        Self { kept: DEFAULT_KEPT }
+    }
+}
+
 impl SharedTiming {
+    /// `CUSTINTEL_DEDUP_SHARED_SPAN` (`<n>s|m|h|d|w`, at least 3 s), else the default 30 s.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var("CUSTINTEL_DEDUP_SHARED_SPAN") {
+            Ok(v) if !v.trim().is_empty() => dedup::parse_window(&v)
+                .ok()
+                .filter(|d| d.as_secs() >= 3)
+                .map(|kept| Self { kept })
+                .ok_or_else(|| format!("`{v}` is not a span of 3s or more (e.g. 30s)")),
+            _ => Ok(Self::default()),
+        }
+    }
+
     /// How old a claim is before the instances read it: longer than any transaction that
     /// commits one lasts.
     pub fn grace(&self) -> Duration {
