@@ -262,7 +262,7 @@ impl Ingest {
                 .await
                 .map_err(|_| IngestError::Internal("the event writer has stopped".into()))?
                 .map_err(|e| match e {
-                    writer::WriteError::Unavailable(_) => {
+                    writer::WriteError::Unavailable(_) | writer::WriteError::Busy(_) => {
                         IngestError::Unavailable(UNAVAILABLE.into())
                     }
                     writer::WriteError::Failed(e) => {

@@ -33,6 +33,9 @@ pub enum WriteError {
     /// The database could not be reached (retryable).
     #[error("the database is unavailable: {0}")]
     Unavailable(String),
+    /// The database answers, but the batch could not be taken in time (retryable).
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     Failed(String),
 }
@@ -194,7 +197,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             .partition(|job| job.batch.received_at < oldest);
         jobs = fresh;
         for job in stale {
-            let _ = job.reply.send(Err(WriteError::Unavailable(
+            let _ = job.reply.send(Err(WriteError::Busy(
                 "the batch waited too long for the writer".into(),
             )));
         }
@@ -204,7 +207,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
         if let Repeats::Shared { own, .. } = &repeats {
             if !own.is_current() {
                 // Messages another instance took may have left the shared table unread.
-                let behind = WriteError::Unavailable(
+                let behind = WriteError::Busy(
                     "the messageId window is catching up with the other instances".into(),
                 );
                 for job in jobs {
@@ -407,7 +410,7 @@ async fn journal_group(
                 if started.elapsed() > timing.longest_write() {
                     // Its claims would commit after the other instances read past their time:
                     // not committed (rolled back as the transaction drops), the client retries.
-                    return Err(WriteError::Unavailable(
+                    return Err(WriteError::Busy(
                         "the database took too long to take the batch".into(),
                     ));
                 }
