@@ -451,6 +451,8 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
         .collect();
     send_all(&client, &endpoint(port_a), &second).await;
     claims_expired().await;
+    // On a port of its own: the old one may have been taken meanwhile.
+    let port_b = free_port();
     let mut b = serve_with(&tdb.url, port_b, &env);
     wait_healthy(&client, port_b).await;
     send_all(&client, &endpoint(port_b), &second).await;
