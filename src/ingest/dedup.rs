@@ -63,19 +63,21 @@ pub fn shared_key_bytes(organization_id: &str, message_id: &str) -> ClaimKey {
     key
 }
 
-/// PostgreSQL: a claim key as each instance's own window holds it.
+/// PostgreSQL: a message's key as each instance's own window holds it.
 pub fn shared_message_key(organization_id: &str, message_id: &str) -> MessageKey {
-    key_of_claim(&shared_key_bytes(organization_id, message_id)).unwrap_or_default()
+    window_key(&shared_key_bytes(organization_id, message_id))
+}
+
+/// A claim key as each instance's own window holds it.
+pub fn window_key(key: &ClaimKey) -> MessageKey {
+    let (high, low) = key.split_at(8);
+    let half = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
+    (half(high), half(low))
 }
 
 /// A claim key read back from the claims table; `None` if it is not 16 bytes.
 pub fn key_of_claim(bytes: &[u8]) -> Option<MessageKey> {
-    let bytes: &[u8; 16] = bytes.try_into().ok()?;
-    let (high, low) = bytes.split_at(8);
-    Some((
-        u64::from_be_bytes(high.try_into().ok()?),
-        u64::from_be_bytes(low.try_into().ok()?),
-    ))
+    bytes.try_into().ok().map(window_key)
 }
 
 /// PostgreSQL: a message's claim key ([`shared_key_bytes`]).

@@ -352,11 +352,7 @@ async fn journal_group(
                     .filter_map(|e| e.message_id.as_deref())
                     .map(|id| dedup::shared_key_bytes(&batch.organization_id, id))
                     .collect();
-                let local: Vec<dedup::MessageKey> = keys
-                    .iter()
-                    .map(|k| dedup::key_of_claim(k).unwrap_or_default())
-                    .collect();
-                let known = own.known(&local, now);
+                let known = own.known(&keys, now);
                 let mut flags = known.iter();
                 retain_fresh(pending, |_, _| !flags.next().copied().unwrap_or(false));
                 unknown.push(

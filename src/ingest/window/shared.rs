@@ -33,10 +33,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 
 use super::LocalWindow;
-use crate::ingest::{
-    dedup::{self, MessageKey},
-    journal::Journal,
-};
+use crate::ingest::{dedup, journal::Journal};
 
 /// How long claims stay in the shared table by default.
 pub const DEFAULT_KEPT: Duration = Duration::from_secs(30);
@@ -123,7 +120,7 @@ impl SharedWindow {
         // Claims committed while the replay below reads are read from the table: their
         // transactions began at most a grace before now. If the replay outlasts the table's
         // span, the first read finds itself behind and replays the difference.
-        let from = server_time(db, timing.kept).await?.0;
+        let from = server_time(db, timing).await?.0;
         local.load(db, journal, dedup::shared_message_key).await?;
         let local = Arc::new(Mutex::new(local));
         let read_at = Arc::new(Mutex::new(Instant::now()));
@@ -155,10 +152,13 @@ impl SharedWindow {
         lock(&self.read_at).elapsed() <= self.timing.trusted_for()
     }
 
-    /// Answers, for each key, whether the window knows it (first claimed within the window).
-    pub fn known(&self, keys: &[MessageKey], now: DateTime<Utc>) -> Vec<bool> {
+    /// Answers, for each claim key, whether the window knows it (first claimed within the
+    /// window).
+    pub fn known(&self, keys: &[dedup::ClaimKey], now: DateTime<Utc>) -> Vec<bool> {
         let local = lock(&self.local);
-        keys.iter().map(|k| local.contains(k, now)).collect()
+        keys.iter()
+            .map(|k| local.contains(&dedup::window_key(k), now))
+            .collect()
     }
 
     /// Between writes: see [`LocalWindow::sweep`]. Answers the window's memory.
@@ -233,9 +233,8 @@ async fn database_identity(db: &DatabaseConnection) -> Result<String, DbErr> {
 /// which the table may have forgotten them).
 async fn server_time(
     db: &DatabaseConnection,
-    kept: Duration,
+    timing: SharedTiming,
 ) -> Result<(DateTime<Utc>, DateTime<Utc>), DbErr> {
-    let timing = SharedTiming { kept };
     let row = db
         .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
@@ -243,7 +242,7 @@ async fn server_time(
              clock_timestamp() - make_interval(secs => $2)",
             [
                 timing.grace().as_secs_f64().into(),
-                kept.as_secs_f64().into(),
+                timing.kept.as_secs_f64().into(),
             ],
         ))
         .await?
@@ -314,7 +313,7 @@ async fn read_claims(
     timing: SharedTiming,
     from: &mut DateTime<Utc>,
 ) -> Result<(), DbErr> {
-    let (upto, forgotten_before) = server_time(db, timing.kept).await?;
+    let (upto, forgotten_before) = server_time(db, timing).await?;
     let margin = chrono_duration(timing.kept / 6);
     if *from < forgotten_before + margin {
         let since = *from - margin;
