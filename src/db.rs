@@ -341,6 +341,28 @@ pub async fn take_turns<C: ConnectionTrait>(txn: &C, scope: &str, org: &str) -> 
     Ok(())
 }
 
+/// PostgreSQL's advisory lock pair for one organization's identities (`$1` is its id): the
+/// ingest applier leases an organization by taking it (`pg_try_advisory_xact_lock`), and a
+/// writer that finds or creates customers by key outside the applier waits for it
+/// ([`hold_identities`]), so neither creates a customer the other is creating.
+pub const IDENTITIES_LOCK: &str = "hashtext(current_schema() || '.ingest_applier'), hashtext($1)";
+
+/// Holds an organization's identities for the rest of the transaction: customers and users
+/// found by key and created when missing, as the ingest applier does. On PostgreSQL it waits
+/// for [`IDENTITIES_LOCK`]; on SQLite [`begin_write`]'s write lock serializes writers already.
+pub async fn hold_identities<C: ConnectionTrait>(txn: &C, org: &str) -> Result<(), DbErr> {
+    if txn.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    txn.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        format!("SELECT pg_advisory_xact_lock({IDENTITIES_LOCK})"),
+        [org.into()],
+    ))
+    .await?;
+    Ok(())
+}
+
 /// The scope of [`take_turns`] for writes of signals, destinations and automations: their keys
 /// are unique in an organization, and `custintel apply` compares a whole configuration.
 pub const CONFIGURATION: &str = "configuration";

@@ -376,8 +376,10 @@ async fn lease_an_organization<C: ConnectionTrait>(conn: &C) -> Result<Option<St
         let leased = conn
             .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                "SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || \
-                 '.ingest_applier'), hashtext($1))",
+                format!(
+                    "SELECT pg_try_advisory_xact_lock({})",
+                    crate::db::IDENTITIES_LOCK
+                ),
                 [organization_id.clone().into()],
             ))
             .await?

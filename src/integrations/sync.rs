@@ -50,14 +50,20 @@ pub async fn upsert_customer(
 ) -> IntegrationResult<customer::Model> {
     let external_id = stripe.external_id();
     let domain = stripe.email_domain();
+    // Found and created in one transaction that holds the organization's identities:
+    // concurrent deliveries of one Stripe customer, and ingest naming the same `externalId`,
+    // would otherwise each find nothing and each create a customer.
+    let txn = crate::db::begin_write(db).await?;
+    crate::db::hold_identities(&txn, org).await?;
     if let Some(ext) = &external_id {
         if let Some(found) = customer::Entity::find()
             .filter(customer::Column::OrganizationId.eq(org))
             .filter(customer::Column::ExternalId.eq(ext.clone()))
             .order_by_asc(customer::Column::CreatedAt)
-            .one(db)
+            .one(&txn)
             .await?
         {
+            txn.commit().await?;
             return Ok(found);
         }
     }
@@ -66,9 +72,10 @@ pub async fn upsert_customer(
             .filter(customer::Column::OrganizationId.eq(org))
             .filter(customer::Column::Domain.eq(d.clone()))
             .order_by_asc(customer::Column::CreatedAt)
-            .one(db)
+            .one(&txn)
             .await?
         {
+            txn.commit().await?;
             return Ok(found);
         }
     }
@@ -81,7 +88,6 @@ pub async fn upsert_customer(
         .unwrap_or_else(|| stripe.id.clone());
     let now = Utc::now();
     // The customer and its name in the name index, together.
-    let txn = crate::db::begin_write(db).await?;
     let created = customer::ActiveModel {
         id: Set(uuid::Uuid::new_v4().to_string()),
         organization_id: Set(org.to_string()),

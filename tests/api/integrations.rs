@@ -1164,6 +1164,28 @@ async fn stripe_sync_and_webhook(backend: Backend) {
         (gamma.billing_status.as_str(), gamma.mrr_cents),
         ("PAYING", 3000)
     );
+    // Concurrent deliveries of one new Stripe customer (a retry racing the first attempt)
+    // create it once.
+    let theta = json!({"id": "evt_2", "object": "event", "type": "customer.created",
+        "data": {"object": customer_json("cus_T", Some("Theta"), Some("t@theta.io"), Some("ext-theta"))}})
+    .to_string();
+    let theta_signature = signed(secret, &theta, now);
+    let deliveries =
+        (0..8).map(|_| post_webhook(&app, &connection, Some(&theta_signature), &theta));
+    for r in futures::future::join_all(deliveries).await {
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    }
+    let thetas = customer::Entity::find()
+        .filter(customer::Column::OrganizationId.eq(org.organization_id.clone()))
+        .filter(customer::Column::ExternalId.eq("ext-theta"))
+        .all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        thetas.len(),
+        1,
+        "one customer for concurrent deliveries: {thetas:?}"
+    );
     let ignored = json!({"type": "invoice.paid", "data": {"object": {}}}).to_string();
     let r = post_webhook(
         &app,
