@@ -500,12 +500,17 @@ fn name_pattern(needle: &str) -> Option<String> {
     Some(format!("%{needle}%"))
 }
 
-/// `"records"."id" IN (ids whose name the index matches)` when the index finds at most
+/// `"records"."id" IN (the ids whose name the index matches)` when the index finds at most
 /// [`FEW_MATCHES`] records (of any organization) for the needle: the list then reads those
 /// and orders them. `None` for a common needle: the index's matches would all be read
 /// first (half a second for a needle every name holds at 500,000 users), where walking the
 /// list in its order and testing each name finds a page soon. The index may hold old names,
 /// so this only narrows the candidates; the `LIKE` on the real name still decides.
+///
+/// The index is looked up once: its matches come back as ids (it yields them one by one, so
+/// the limit stops a common needle early), and the page and its count take them as values
+/// instead of each looking the needle up again (as one JSON array, so the statements' text
+/// does not vary with their number).
 async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
     db: &C,
     names: NamesOf,
@@ -514,26 +519,35 @@ async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
     let Some(pattern) = name_pattern(needle) else {
         return Ok(None);
     };
-    // The index yields its matches one by one: a capped count stops early.
-    let count = sea_orm::Statement::from_sql_and_values(
+    let lookup = sea_orm::Statement::from_sql_and_values(
         DbBackend::Sqlite,
         format!(
-            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM {} WHERE name LIKE ? LIMIT ?)",
-            names.index()
+            "SELECT {key} AS k FROM {index} WHERE name LIKE ? LIMIT ?",
+            key = names.key(),
+            index = names.index()
         ),
-        [pattern.clone().into(), (FEW_MATCHES as i64 + 1).into()],
+        [pattern.into(), (FEW_MATCHES as i64 + 1).into()],
     );
-    if read_count(db, count).await? > FEW_MATCHES {
+    let rows = db.query_all_raw(lookup).await?;
+    if rows.len() as u64 > FEW_MATCHES {
         return Ok(None);
     }
+    let mut ids = rows
+        .iter()
+        .map(|row| row.try_get::<String>("", "k"))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A renamed record has a row for each of its names.
+    ids.sort_unstable();
+    ids.dedup();
+    // One value whatever the number of ids: the statement's text stays the same, so read
+    // connections keep it prepared.
+    let ids = Value::from(ids).to_string();
     Ok(Some(Expr::cust_with_values(
         format!(
-            "\"{}\".\"id\" IN (SELECT {} FROM {} WHERE name LIKE ?)",
-            names.records(),
-            names.key(),
-            names.index()
+            "\"{}\".\"id\" IN (SELECT value FROM json_each(?))",
+            names.records()
         ),
-        [pattern],
+        [ids],
     )))
 }
 
