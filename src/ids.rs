@@ -60,6 +60,13 @@ fn encode(millis: u64, counter: u128) -> uuid::Uuid {
     uuid::Uuid::from_bytes(bytes)
 }
 
+/// An id as [`time_ordered_id`] would have made it at `at` (random after the time), for rows
+/// written as if made then: a benchmark's book of past events.
+pub fn time_ordered_id_at(at: DateTime<Utc>) -> String {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or_default();
+    encode(millis, fresh_counter()).to_string()
+}
+
 /// The smallest [`time_ordered_id`] of an instant: every id made at or after it sorts after.
 pub fn time_ordered_floor(at: DateTime<Utc>) -> String {
     let millis = u64::try_from(at.timestamp_millis()).unwrap_or_default();
@@ -80,6 +87,15 @@ mod tests {
         assert_eq!(parsed.get_version_num(), 7);
         assert_eq!(parsed.get_variant(), uuid::Variant::RFC4122);
         assert!(time_ordered_floor(Utc::now() - chrono::Duration::seconds(1)) < ids[0]);
+    }
+
+    #[test]
+    fn an_id_made_as_of_an_instant_sorts_within_its_millisecond() {
+        let at = Utc::now() - chrono::Duration::days(12);
+        let id = time_ordered_id_at(at);
+        assert!(time_ordered_floor(at) <= id);
+        assert!(id < time_ordered_floor(at + chrono::Duration::milliseconds(1)));
+        assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
     }
 
     #[test]
