@@ -501,33 +501,48 @@ fn name_pattern(needle: &str) -> Option<String> {
 }
 
 /// `"records"."id" IN (the ids whose name the index matches)` when the index finds at most
-/// [`FEW_MATCHES`] records (of any organization) for the needle: the list then reads those
-/// and orders them. `None` for a common needle: the index's matches would all be read
-/// first (half a second for a needle every name holds at 500,000 users), where walking the
-/// list in its order and testing each name finds a page soon. The index may hold old names,
-/// so this only narrows the candidates; the `LIKE` on the real name still decides.
+/// [`FEW_MATCHES`] records for the needle: the list then reads those and orders them. `None`
+/// for a common needle: the index's matches would all be read first (half a second for a
+/// needle every name holds at 500,000 users), where walking the list in its order and testing
+/// each name finds a page soon.
 ///
 /// The index is looked up once: its matches come back as ids (it yields them one by one, so
-/// the limit stops a common needle early), and the page and its count take them as values
-/// instead of each looking the needle up again (as one JSON array, so the statements' text
-/// does not vary with their number).
+/// the limit stops a common needle early), and the page and its count take them as one JSON
+/// array (so the statements' text does not vary with their number) instead of each looking
+/// the needle up again. On SQLite the index is the FTS5 table of `names` (of every
+/// organization; it may hold old names, so the caller still checks the name on each
+/// record); on PostgreSQL the trigram index of the organization's records themselves.
 async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
     db: &C,
     names: NamesOf,
+    organization_id: &str,
     needle: &str,
 ) -> Result<Option<SimpleExpr>, sea_orm::DbErr> {
     let Some(pattern) = name_pattern(needle) else {
         return Ok(None);
     };
-    let lookup = sea_orm::Statement::from_sql_and_values(
-        DbBackend::Sqlite,
-        format!(
-            "SELECT {key} AS k FROM {index} WHERE name LIKE ? LIMIT ?",
-            key = names.key(),
-            index = names.index()
+    let backend = db.get_database_backend();
+    let limit = FEW_MATCHES as i64 + 1;
+    let lookup = match backend {
+        DbBackend::Postgres => sea_orm::Statement::from_sql_and_values(
+            backend,
+            format!(
+                "SELECT id AS k FROM \"{}\" WHERE organization_id = $1 AND lower(name) LIKE $2 \
+                 LIMIT $3",
+                names.records()
+            ),
+            [organization_id.into(), pattern.into(), limit.into()],
         ),
-        [pattern.into(), (FEW_MATCHES as i64 + 1).into()],
-    );
+        _ => sea_orm::Statement::from_sql_and_values(
+            backend,
+            format!(
+                "SELECT {key} AS k FROM {index} WHERE name LIKE ? LIMIT ?",
+                key = names.key(),
+                index = names.index()
+            ),
+            [pattern.into(), limit.into()],
+        ),
+    };
     let rows = db.query_all_raw(lookup).await?;
     if rows.len() as u64 > FEW_MATCHES {
         return Ok(None);
@@ -536,26 +551,26 @@ async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
         .iter()
         .map(|row| row.try_get::<String>("", "k"))
         .collect::<Result<Vec<_>, _>>()?;
-    // A renamed record has a row for each of its names.
+    // A renamed record has a row for each of its names (SQLite's index).
     ids.sort_unstable();
     ids.dedup();
-    // One value whatever the number of ids: the statement's text stays the same, so read
-    // connections keep it prepared.
     let ids = Value::from(ids).to_string();
+    let among = match backend {
+        DbBackend::Postgres => "SELECT jsonb_array_elements_text(CAST($1 AS jsonb))",
+        _ => "SELECT value FROM json_each(?)",
+    };
     Ok(Some(Expr::cust_with_values(
-        format!(
-            "\"{}\".\"id\" IN (SELECT value FROM json_each(?))",
-            names.records()
-        ),
+        format!("\"{}\".\"id\" IN ({among})", names.records()),
         [ids],
     )))
 }
 
-/// A list's name filter, if any (a case-insensitive substring of `column`). On PostgreSQL a
-/// condition of `filter`, which the trigram index on `lower(name)` serves in the count as in
-/// the page. On SQLite a residual checked on each candidate, and where the index of `names`
-/// finds few records, those as the candidates in `filter`; returns whether they are (the list
-/// then has few matches).
+/// A list's name filter, if any (a case-insensitive substring of `column`). Where the name
+/// index finds few records ([`few_name_candidates`]), those become the candidates in `filter`
+/// and this returns `true` (the list then has few matches). Otherwise, on PostgreSQL, the
+/// substring is a condition of `filter`, which the trigram index on `lower(name)` serves in
+/// the count as in the page. On SQLite the substring is always a residual checked on each
+/// candidate (its index may hold old names).
 pub async fn filter_by_name<C: ColumnTrait>(
     ctx: &ToolContext,
     names: NamesOf,
@@ -570,17 +585,23 @@ pub async fn filter_by_name<C: ColumnTrait>(
     let add = |filter: &mut sea_orm::Condition, cond: SimpleExpr| {
         *filter = std::mem::replace(filter, sea_orm::Condition::all()).add(cond);
     };
-    if sea_orm::ConnectionTrait::get_database_backend(&ctx.state.db) == DbBackend::Postgres {
-        add(filter, contains_ci(column, needle));
-        return Ok(false);
+    let postgres =
+        sea_orm::ConnectionTrait::get_database_backend(&ctx.state.db) == DbBackend::Postgres;
+    if !postgres {
+        residuals.add(contains_ci(column, needle), "name");
     }
-    residuals.add(contains_ci(column, needle), "name");
-    match few_name_candidates(ctx.db().await?, names, needle).await? {
+    let few = few_name_candidates(ctx.db().await?, names, &ctx.organization_id, needle).await?;
+    match few {
         Some(candidates) => {
             add(filter, candidates);
             Ok(true)
         }
-        None => Ok(false),
+        None => {
+            if postgres {
+                add(filter, contains_ci(column, needle));
+            }
+            Ok(false)
+        }
     }
 }
 
