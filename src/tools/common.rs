@@ -570,7 +570,7 @@ async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
 /// and this returns `true` (the list then has few matches). Otherwise, on PostgreSQL, the
 /// substring is a condition of `filter`, which the trigram index on `lower(name)` serves in
 /// the count as in the page. On SQLite the substring is always a residual checked on each
-/// candidate (its index may hold old names).
+/// candidate (its index may hold old names); on PostgreSQL the few candidates are checked too.
 pub async fn filter_by_name<C: ColumnTrait>(
     ctx: &ToolContext,
     names: NamesOf,
@@ -594,6 +594,18 @@ pub async fn filter_by_name<C: ColumnTrait>(
     match few {
         Some(candidates) => {
             add(filter, candidates);
+            if postgres {
+                // The name is checked again on each candidate (renamed since the lookup?), in a
+                // form the trigram index does not serve, so the planner reads the candidates by
+                // id instead of searching the index a second time.
+                add(
+                    filter,
+                    Expr::cust_with_values(
+                        format!("strpos(lower(\"{}\".\"name\"), $1) > 0", names.records()),
+                        [needle.trim().to_lowercase()],
+                    ),
+                );
+            }
             Ok(true)
         }
         None => {
