@@ -329,13 +329,24 @@ where
 /// already taken). On PostgreSQL a transaction-level advisory lock on the pair, held until the
 /// commit or rollback; on SQLite [`begin_write`]'s write lock serializes them already.
 pub async fn take_turns<C: ConnectionTrait>(txn: &C, scope: &str, org: &str) -> Result<(), DbErr> {
+    advisory_xact_lock(txn, "hashtext($1)", format!("custintel.{scope}.{org}")).await
+}
+
+/// PostgreSQL: waits for the transaction-level advisory lock `keys` (SQL of the lock's key or
+/// key pair, over the one parameter `$1` = `value`); nothing on SQLite, whose
+/// [`begin_write`] serializes writers already.
+async fn advisory_xact_lock<C: ConnectionTrait>(
+    txn: &C,
+    keys: &str,
+    value: String,
+) -> Result<(), DbErr> {
     if txn.get_database_backend() != DbBackend::Postgres {
         return Ok(());
     }
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        "SELECT pg_advisory_xact_lock(hashtext($1))",
-        [format!("custintel.{scope}.{org}").into()],
+        format!("SELECT pg_advisory_xact_lock({keys})"),
+        [value.into()],
     ))
     .await?;
     Ok(())
@@ -351,16 +362,7 @@ pub const IDENTITIES_LOCK: &str = "hashtext(current_schema() || '.ingest_applier
 /// found by key and created when missing, as the ingest applier does. On PostgreSQL it waits
 /// for [`IDENTITIES_LOCK`]; on SQLite [`begin_write`]'s write lock serializes writers already.
 pub async fn hold_identities<C: ConnectionTrait>(txn: &C, org: &str) -> Result<(), DbErr> {
-    if txn.get_database_backend() != DbBackend::Postgres {
-        return Ok(());
-    }
-    txn.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        format!("SELECT pg_advisory_xact_lock({IDENTITIES_LOCK})"),
-        [org.into()],
-    ))
-    .await?;
-    Ok(())
+    advisory_xact_lock(txn, IDENTITIES_LOCK, org.to_string()).await
 }
 
 /// The scope of [`take_turns`] for writes of signals, destinations and automations: their keys

@@ -50,34 +50,18 @@ pub async fn upsert_customer(
 ) -> IntegrationResult<customer::Model> {
     let external_id = stripe.external_id();
     let domain = stripe.email_domain();
-    // Found and created in one transaction that holds the organization's identities:
-    // concurrent deliveries of one Stripe customer, and ingest naming the same `externalId`,
-    // would otherwise each find nothing and each create a customer.
+    if let Some(found) = find_mapped(db, org, &external_id, &domain).await? {
+        return Ok(found);
+    }
+    // Not there: looked up again and created in one transaction that holds the organization's
+    // identities, so concurrent deliveries of one Stripe customer, or ingest naming the same
+    // `externalId`, do not each create one. The common case, a customer already there, takes
+    // no write lock.
     let txn = crate::db::begin_write(db).await?;
     crate::db::hold_identities(&txn, org).await?;
-    if let Some(ext) = &external_id {
-        if let Some(found) = customer::Entity::find()
-            .filter(customer::Column::OrganizationId.eq(org))
-            .filter(customer::Column::ExternalId.eq(ext.clone()))
-            .order_by_asc(customer::Column::CreatedAt)
-            .one(&txn)
-            .await?
-        {
-            txn.commit().await?;
-            return Ok(found);
-        }
-    }
-    if let Some(d) = &domain {
-        if let Some(found) = customer::Entity::find()
-            .filter(customer::Column::OrganizationId.eq(org))
-            .filter(customer::Column::Domain.eq(d.clone()))
-            .order_by_asc(customer::Column::CreatedAt)
-            .one(&txn)
-            .await?
-        {
-            txn.commit().await?;
-            return Ok(found);
-        }
+    if let Some(found) = find_mapped(&txn, org, &external_id, &domain).await? {
+        txn.commit().await?;
+        return Ok(found);
     }
     let name = stripe
         .name
@@ -107,6 +91,33 @@ pub async fn upsert_customer(
     index_names(&txn, NamesOf::Customers, named).await?;
     txn.commit().await?;
     Ok(created)
+}
+
+/// The customer a Stripe customer maps to: by `externalId`, else by domain (the oldest match).
+async fn find_mapped<C: ConnectionTrait>(
+    conn: &C,
+    org: &str,
+    external_id: &Option<String>,
+    domain: &Option<String>,
+) -> IntegrationResult<Option<customer::Model>> {
+    let keys = [
+        external_id
+            .as_ref()
+            .map(|v| (customer::Column::ExternalId, v)),
+        domain.as_ref().map(|v| (customer::Column::Domain, v)),
+    ];
+    for (column, value) in keys.into_iter().flatten() {
+        let found = customer::Entity::find()
+            .filter(customer::Column::OrganizationId.eq(org))
+            .filter(column.eq(value.clone()))
+            .order_by_asc(customer::Column::CreatedAt)
+            .one(conn)
+            .await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
 }
 
 /// Sets a customer's billing status and MRR; a change is recorded in `billing_history`.

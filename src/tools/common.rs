@@ -598,13 +598,10 @@ pub async fn filter_by_name<C: ColumnTrait>(
                 // The name is checked again on each candidate (renamed since the lookup?), in a
                 // form the trigram index does not serve, so the planner reads the candidates by
                 // id instead of searching the index a second time.
-                add(
-                    filter,
-                    Expr::cust_with_values(
-                        format!("strpos(lower(\"{}\".\"name\"), $1) > 0", names.records()),
-                        [needle.trim().to_lowercase()],
-                    ),
-                );
+                let strpos = Func::cust(sea_orm::sea_query::Alias::new("strpos"))
+                    .arg(Func::lower(column.into_expr()))
+                    .arg(needle.trim().to_lowercase());
+                add(filter, Expr::expr(strpos).gt(0));
             }
             Ok(true)
         }
