@@ -521,6 +521,12 @@ where
     let txn = crate::db::begin_write(db)
         .await
         .map_err(WriteError::Begin)?;
+    // The chunk finds users and customers by key and creates the missing ones, as the ingest
+    // applier does: on PostgreSQL the two take turns per organization, or both could create a
+    // user for one email.
+    crate::db::hold_identities(&txn, org)
+        .await
+        .map_err(WriteError::Begin)?;
     let began = Instant::now();
     let mut looked_up = began;
     let mut applied = began;
