@@ -18,7 +18,10 @@ use sea_orm::{
 };
 
 use super::{
-    common::{count_capped, count_examined, CountedResidual, ListRequest, Total},
+    common::{
+        count_capped, count_examined, count_up_to_expr, page_and_count, CountedResidual,
+        ListRequest, Total, EXACT_TOTAL_LIMIT,
+    },
     record_counts::{self, KeptTotal},
     ToolContext, ToolResult,
 };
@@ -131,6 +134,24 @@ where
     };
 
     let want = req.limit + 1;
+    let first_page = || {
+        E::find()
+            .order_by_with_nulls(activity, Order::Desc, NullOrdering::Last)
+            .order_by(id, Order::Desc)
+            .limit(want)
+    };
+    if req.cursor.is_none()
+        && !range.is_split()
+        && known.is_none()
+        && residual.is_none()
+        && counted_residual.is_none()
+    {
+        // A first page whose total is a plain count: both in one statement (a round trip was
+        // most of a small list's cost on PostgreSQL).
+        let total = count_up_to_expr(E::find().filter(counted_bounded), EXACT_TOTAL_LIMIT + 1);
+        let (rows, counted) = page_and_count(db, first_page().filter(bounded), total).await?;
+        return Ok((rows, Total::capped(counted)));
+    }
     let rows = async {
         // Never-active rows follow the active ones unless the range starts at a time.
         let never_rows = range.since.is_none().then(|| with_residual(&never));
@@ -143,13 +164,7 @@ where
         } else {
             // The first page: one range of the activity index (or whatever index the other
             // filters favour), in which SQLite's DESC order already puts NULLs last.
-            Ok(E::find()
-                .filter(with_residual(&bounded))
-                .order_by_with_nulls(activity, Order::Desc, NullOrdering::Last)
-                .order_by(id, Order::Desc)
-                .limit(want)
-                .all(db)
-                .await?)
+            Ok(first_page().filter(with_residual(&bounded)).all(db).await?)
         }
     };
     let total = async {

@@ -39,59 +39,75 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
 /// conditional increment is one statement, so concurrent calls (also from several instances
 /// on one PostgreSQL database) never push the count past the limit.
 pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
-    use entity::organization::Column;
     let (db, organization_id) = (&ctx.state.db, ctx.organization_id.as_str());
     let usage = usage_db(db).await?;
-    let org = entity::organization::Entity::find_by_id(organization_id.to_string())
+    let now = Utc::now();
+    let cycle = cycle_of(now);
+    let backend = db.get_database_backend();
+    let counted = if backend == DbBackend::Postgres {
+        // One statement reads the organization's limit and counts the call: a tool call's
+        // fixed cost on PostgreSQL is mostly its round trips. The count commits without
+        // waiting for its WAL to reach the disk (`synchronous_commit` off for this statement's
+        // own transaction alone): every call of an organization updates the same row, and its
+        // lock is held until the commit returns, so with the flush inside it the
+        // organization's concurrent calls took turns at the disk's pace. A crash of the server
+        // may forget the last fraction of a second of counts; it never counts a call twice,
+        // and every other write keeps its durable commit.
+        usage
+            .execute_raw(Statement::from_sql_and_values(
+                backend,
+                "INSERT INTO api_usage (organization_id, cycle, calls) SELECT o.id, $2, 1 \
+                 FROM organizations AS o, (SELECT set_config('synchronous_commit', 'off', true)) \
+                 AS unflushed WHERE o.id = $1 AND COALESCE(o.api_call_limit, 1) >= 1 \
+                 ON CONFLICT (organization_id, cycle) DO UPDATE SET calls = api_usage.calls + 1 \
+                 WHERE api_usage.calls < (SELECT COALESCE(l.api_call_limit, $3) \
+                 FROM organizations AS l WHERE l.id = $1)",
+                [organization_id.into(), cycle.into(), i64::MAX.into()],
+            ))
+            .await?
+            .rows_affected()
+    } else {
+        // SQLite: the counts are in a file of their own, so the limit is read first (a read
+        // on the calling thread, no round trip).
+        let limit = plan_of(ctx).await?.api_call_limit.unwrap_or(i64::MAX);
+        if limit < 1 {
+            0
+        } else {
+            // One statement, one write: the cycle's row is made by the first call of the cycle
+            // and incremented by the others, only while under the limit.
+            usage
+                .execute_raw(Statement::from_sql_and_values(
+                    backend,
+                    "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 1) \
+                     ON CONFLICT (organization_id, cycle) DO UPDATE \
+                     SET calls = api_usage.calls + 1 WHERE api_usage.calls < $3",
+                    [organization_id.into(), cycle.into(), limit.into()],
+                ))
+                .await?
+                .rows_affected()
+        }
+    };
+    if counted == 1 {
+        return Ok(());
+    }
+    let org = plan_of(ctx).await?;
+    Err(ToolError::LimitExceeded {
+        plan: org.plan,
+        limit: org.api_call_limit.unwrap_or_default(),
+        reset_at: next_cycle_start_ms(now),
+    })
+}
+
+/// The caller's organization's plan and limit.
+async fn plan_of(ctx: &super::ToolContext) -> ToolResult<Plan> {
+    use entity::organization::Column;
+    entity::organization::Entity::find_by_id(ctx.organization_id.clone())
         .select_only()
         .columns([Column::Plan, Column::ApiCallLimit])
         .into_model::<Plan>()
         .one(ctx.db().await?)
         .await?
-        .ok_or_else(|| ToolError::Internal("the key's organization no longer exists".into()))?;
-    let now = Utc::now();
-    let cycle = cycle_of(now);
-    let backend = db.get_database_backend();
-    // One statement, one write: the cycle's row is made by the first call of the cycle and
-    // incremented by the others, only while under the limit.
-    let limit = org.api_call_limit.unwrap_or(i64::MAX);
-    // PostgreSQL: the count commits without waiting for its WAL to reach the disk
-    // (`synchronous_commit` off for this statement's own transaction alone). Every call of an
-    // organization updates the same row, and its lock is held until the commit returns: with
-    // the flush inside it, the organization's concurrent calls took turns at the disk's pace.
-    // A crash of the server may forget the last fraction of a second of counts; it never
-    // counts a call twice, and every other write keeps its durable commit.
-    let insert = match backend {
-        DbBackend::Postgres => {
-            "INSERT INTO api_usage (organization_id, cycle, calls) SELECT $1, $2, 1 \
-             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed"
-        }
-        _ => "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 1)",
-    };
-    let counted = if limit < 1 {
-        0
-    } else {
-        usage
-            .execute_raw(Statement::from_sql_and_values(
-                backend,
-                format!(
-                    "{insert} ON CONFLICT (organization_id, cycle) DO UPDATE \
-                     SET calls = api_usage.calls + 1 WHERE api_usage.calls < $3"
-                ),
-                [organization_id.into(), cycle.into(), limit.into()],
-            ))
-            .await?
-            .rows_affected()
-    };
-    if counted == 1 {
-        Ok(())
-    } else {
-        Err(ToolError::LimitExceeded {
-            plan: org.plan,
-            limit: org.api_call_limit.unwrap_or_default(),
-            reset_at: next_cycle_start_ms(now),
-        })
-    }
+        .ok_or_else(|| ToolError::Internal("the key's organization no longer exists".into()))
 }
 
 /// What the allowance needs of the organization.

@@ -37,29 +37,31 @@ pub async fn resolve_customer(ctx: &ToolContext, customer: &str) -> ToolResult<c
     if wanted.is_empty() {
         return Err(ToolError::invalid("customer", "must not be empty"));
     }
-    let scoped = || {
-        customer::Entity::find().filter(customer::Column::OrganizationId.eq(&ctx.organization_id))
-    };
+    // One statement (a round trip is most of a small read's cost on PostgreSQL): a point
+    // look-up per key, the first key that finds a customer winning.
+    const BY_ID_THEN_DOMAIN_THEN_EXTERNAL_ID: &str = r#"
+        SELECT * FROM (SELECT *, 0 AS resolved_by FROM "customers"
+            WHERE "organization_id" = $1 AND "id" = $2 LIMIT 1) AS by_id
+        UNION ALL SELECT * FROM (SELECT *, 1 AS resolved_by FROM "customers"
+            WHERE "organization_id" = $1 AND "domain" = $3 LIMIT 1) AS by_domain
+        UNION ALL SELECT * FROM (SELECT *, 2 AS resolved_by FROM "customers"
+            WHERE "organization_id" = $1 AND "external_id" = $2 LIMIT 1) AS by_external_id
+        ORDER BY resolved_by LIMIT 1"#;
+    use sea_orm::ConnectionTrait;
     let db = ctx.db().await?;
-    if let Some(found) = scoped()
-        .filter(customer::Column::Id.eq(wanted))
+    let found = customer::Entity::find()
+        .from_raw_sql(sea_orm::Statement::from_sql_and_values(
+            db.get_database_backend(),
+            BY_ID_THEN_DOMAIN_THEN_EXTERNAL_ID,
+            [
+                ctx.organization_id.clone().into(),
+                wanted.into(),
+                wanted.to_lowercase().into(),
+            ],
+        ))
         .one(db)
-        .await?
-    {
-        return Ok(found);
-    }
-    if let Some(found) = scoped()
-        .filter(customer::Column::Domain.eq(wanted.to_lowercase()))
-        .one(db)
-        .await?
-    {
-        return Ok(found);
-    }
-    if let Some(found) = scoped()
-        .filter(customer::Column::ExternalId.eq(wanted))
-        .one(db)
-        .await?
-    {
+        .await?;
+    if let Some(found) = found {
         return Ok(found);
     }
     Err(ToolError::NotFound(format!(
@@ -271,17 +273,82 @@ where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
-    use sea_orm::{sea_query::Alias, QuerySelect, QueryTrait};
+    let count = sea_orm::sea_query::Query::select()
+        .expr_as(
+            count_up_to_expr(select, cap),
+            sea_orm::sea_query::Alias::new("n"),
+        )
+        .to_owned();
+    read_count(db, db.get_database_backend().build(&count)).await
+}
+
+/// [`count_up_to`] as a scalar subquery, to read beside other values in one statement (each
+/// statement is a round trip, and on PostgreSQL most of a small read's cost).
+pub fn count_up_to_expr<E: EntityTrait>(select: sea_orm::Select<E>, cap: u64) -> Expr {
+    use sea_orm::{
+        sea_query::{Alias, QueryStatementBuilder},
+        QuerySelect, QueryTrait,
+    };
     let matches = select
         .select_only()
         .expr(Expr::val(1))
         .limit(cap)
         .into_query();
     let count = sea_orm::sea_query::Query::select()
-        .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
+        .expr(Expr::cust("COUNT(*)"))
         .from_subquery(matches, Alias::new("matches"))
         .to_owned();
-    read_count(db, db.get_database_backend().build(&count)).await
+    Expr::SubQuery(None, Box::new(count.into_sub_query_statement()))
+}
+
+/// The rows of `page` with the count `total` (a [`count_up_to_expr`]) read beside them, in one
+/// statement: the count is a scalar subquery of no row's values, which both databases evaluate
+/// once. When the page has no row, neither has the list, and the count is 0.
+pub async fn page_and_count<E, C>(
+    db: &C,
+    page: sea_orm::Select<E>,
+    total: Expr,
+) -> Result<(Vec<E::Model>, u64), sea_orm::DbErr>
+where
+    E: EntityTrait,
+    C: sea_orm::ConnectionTrait,
+{
+    use sea_orm::{FromQueryResult, QuerySelect, QueryTrait};
+    const TOTAL: &str = "counted_total";
+    let page = page.expr_as(total, TOTAL);
+    let rows = db
+        .query_all_raw(db.get_database_backend().build(&page.into_query()))
+        .await?;
+    let mut counted = 0;
+    let mut models = Vec::with_capacity(rows.len());
+    for row in &rows {
+        counted = row.try_get::<i64>("", TOTAL)?;
+        models.push(E::Model::from_query_result(row, "")?);
+    }
+    Ok((models, u64::try_from(counted).unwrap_or(0)))
+}
+
+/// A page's rows (`page`: the rows `matching` selects after the cursor, ordered and limited)
+/// and the list's total: the cursor's on a later page; on a first page, the matches of
+/// `matching` counted (up to where totals stop being exact) in the page's own statement.
+pub async fn rows_and_total<E, C>(
+    db: &C,
+    req: &ListRequest,
+    matching: sea_orm::Select<E>,
+    page: sea_orm::Select<E>,
+) -> Result<(Vec<E::Model>, Total), sea_orm::DbErr>
+where
+    E: EntityTrait,
+    C: sea_orm::ConnectionTrait,
+{
+    match &req.cursor {
+        Some(c) => Ok((page.all(db).await?, c.total())),
+        None => {
+            let total = count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1);
+            let (rows, counted) = page_and_count(db, page, total).await?;
+            Ok((rows, Total::capped(counted)))
+        }
+    }
 }
 
 /// The count a `SELECT COUNT(*) AS n ...` statement answers.

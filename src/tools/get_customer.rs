@@ -13,7 +13,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    common::{count_capped, parse_duration, resolve_customer, ts, Total},
+    common::{
+        count_up_to_expr, page_and_count, parse_duration, resolve_customer, ts, Total,
+        EXACT_TOTAL_LIMIT,
+    },
     records,
     timeline::{self, Channels, Window},
     ToolContext, ToolError, ToolResult,
@@ -174,7 +177,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
 }
 
 /// A section's first `limit` rows in the order `order` gives, and how many rows `matching`
-/// selects in all, read at once.
+/// selects in all (counted up to where totals stop being exact), in one statement.
 async fn first_and_total<E>(
     db: &crate::db::Reads,
     matching: sea_orm::Select<E>,
@@ -185,8 +188,7 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
-    tokio::try_join!(
-        order(matching.clone()).limit(limit).all(db),
-        count_capped(db, matching)
-    )
+    let total = count_up_to_expr(matching.clone(), EXACT_TOTAL_LIMIT + 1);
+    let (rows, counted) = page_and_count(db, order(matching).limit(limit), total).await?;
+    Ok((rows, Total::capped(counted)))
 }

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::{
     common::{
-        after_desc, check_fields, count_capped, key_time, parse_source_types, parse_timestamp,
-        resolve_customer, ListRequest,
+        after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
+        rows_and_total, ListRequest,
     },
     records::{self, SOURCE_IDS, SOURCE_ITEM_FIELDS},
     ToolContext, ToolError, ToolResult,
@@ -59,22 +59,19 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
     let db = ctx.db().await?;
-    let total = req
-        .total(|| count_capped(db, Entity::find().filter(filter.clone())))
-        .await?;
-    let mut query = Entity::find().filter(filter);
+    let matching = Entity::find().filter(filter);
+    let mut query = matching.clone();
     if let Some(c) = &req.cursor {
         let at = c
             .time(0)?
             .ok_or_else(|| ToolError::invalid("cursor", "not a cursor of this list"))?;
         query = query.filter(after_desc(Column::OccurredAt, Column::Id, at, &c.text(1)?));
     }
-    let rows = query
+    let page = query
         .order_by(Column::OccurredAt, Order::Desc)
         .order_by(Column::Id, Order::Desc)
-        .limit(req.limit + 1)
-        .all(db)
-        .await?;
+        .limit(req.limit + 1);
+    let (rows, total) = rows_and_total(db, &req, matching, page).await?;
     Ok(super::common::page(
         rows,
         &req,

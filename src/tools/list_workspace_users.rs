@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    common::{check_fields, contains_ci, count_capped, ListRequest},
+    common::{check_fields, contains_ci, rows_and_total, ListRequest},
     records::{self, WORKSPACE_USER_FIELDS, WORKSPACE_USER_IDS},
     ToolContext, ToolResult,
 };
@@ -71,10 +71,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         filter = filter.add(Column::Email.eq(super::common::normalize_email(email)));
     }
     let db = ctx.db().await?;
-    let total = req
-        .total(|| count_capped(db, Entity::find().filter(filter.clone())))
-        .await?;
-    let mut query = Entity::find().filter(filter);
+    let matching = Entity::find().filter(filter);
+    let mut query = matching.clone();
     if let Some(c) = &req.cursor {
         let (name, id) = (c.text(0)?, c.text(1)?);
         query = query.filter(
@@ -85,12 +83,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             ),
         );
     }
-    let rows = query
+    let page = query
         .order_by(Column::Name, Order::Asc)
         .order_by(Column::Id, Order::Asc)
-        .limit(req.limit + 1)
-        .all(db)
-        .await?;
+        .limit(req.limit + 1);
+    let (rows, total) = rows_and_total(db, &req, matching, page).await?;
     Ok(super::common::page(
         rows,
         &req,

@@ -7,7 +7,7 @@ use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrde
 use serde_json::{json, Value};
 
 use super::{
-    common::{count_up_to, key_time, Total, EXACT_TOTAL_LIMIT},
+    common::{count_up_to_expr, key_time, Total, EXACT_TOTAL_LIMIT},
     records, ToolContext, ToolResult,
 };
 
@@ -129,50 +129,45 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
 
 /// Entries in the whole window, counted up to the exact-count limit over all channels.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
-    let db = ctx.db().await?;
-    let mut total = CappedCount(0);
+    use sea_orm::{
+        sea_query::{Alias, ExprTrait, Query},
+        ConnectionTrait,
+    };
+    let cap = EXACT_TOTAL_LIMIT + 1;
+    let mut parts = Vec::new();
     if w.channels.product {
-        total
-            .add(db, event::Entity::find().filter(event_filter(ctx, w)))
-            .await?;
+        parts.push(count_up_to_expr(
+            event::Entity::find().filter(event_filter(ctx, w)),
+            cap,
+        ));
     }
     if w.channels.billing {
-        total
-            .add(
-                db,
-                billing_change::Entity::find().filter(billing_filter(ctx, w)),
-            )
-            .await?;
+        parts.push(count_up_to_expr(
+            billing_change::Entity::find().filter(billing_filter(ctx, w)),
+            cap,
+        ));
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
-        total
-            .add(
-                db,
-                source::Entity::find().filter(source_filter(ctx, w, &types)),
-            )
-            .await?;
+        parts.push(count_up_to_expr(
+            source::Entity::find().filter(source_filter(ctx, w, &types)),
+            cap,
+        ));
     }
-    Ok(Total::capped(total.0))
-}
-
-/// A count over several tables, each counted only up to what the cap leaves: past the cap the
-/// total is a lower bound anyway, so a customer with 100,000 events is not counted three times
-/// over.
-struct CappedCount(u64);
-
-impl CappedCount {
-    async fn add<E: EntityTrait>(
-        &mut self,
-        db: &crate::db::Reads,
-        select: sea_orm::Select<E>,
-    ) -> Result<(), sea_orm::DbErr> {
-        let left = (EXACT_TOTAL_LIMIT + 1).saturating_sub(self.0);
-        if left > 0 {
-            self.0 += count_up_to(db, select, left).await?;
-        }
-        Ok(())
-    }
+    let Some(sum) = parts.into_iter().reduce(|sum, part| sum.add(part)) else {
+        return Ok(Total::capped(0));
+    };
+    // The channels' counts in one statement: a round trip each was most of their cost on
+    // PostgreSQL. Each is capped, so their sum is exact up to the cap, as the total needs.
+    let db = ctx.db().await?;
+    let statement = db
+        .get_database_backend()
+        .build(Query::select().expr_as(sum, Alias::new("n")));
+    let n: i64 = match db.query_one_raw(statement).await? {
+        Some(row) => row.try_get("", "n")?,
+        None => 0,
+    };
+    Ok(Total::capped(u64::try_from(n).unwrap_or(0)))
 }
 
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the

@@ -303,7 +303,11 @@ async fn matches(db: &DatabaseConnection, statement: &Statement) -> u64 {
         .rfind(" LIMIT ")
         .expect("a page query ends with its LIMIT");
     let mut values = statement.values.clone().expect("values");
-    values.0.pop();
+    // The limit is the last value, unless it is written in the statement.
+    let limit = statement.sql[at + " LIMIT ".len()..].trim();
+    if limit.starts_with('$') || limit.starts_with('?') {
+        values.0.pop();
+    }
     let count = Statement {
         sql: format!(
             "SELECT COUNT(*) AS n FROM ({}) AS page",
@@ -322,7 +326,8 @@ async fn matches(db: &DatabaseConnection, statement: &Statement) -> u64 {
 
 /// Whether a statement counts (a total) rather than reads a page.
 fn counts(sql: &str) -> bool {
-    sql.starts_with("SELECT COUNT(")
+    // A count alone, or the sum of several (the timeline's channels).
+    sql.starts_with("SELECT COUNT(") || sql.starts_with("SELECT (SELECT COUNT(")
 }
 
 /// What is wrong with a plan, if anything. `sorted_matches` is how many rows a sort in the
