@@ -351,11 +351,12 @@ mod sqlite {
 }
 
 mod postgres {
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     use sea_orm::sqlx::{
         self,
-        postgres::{PgConnectOptions, PgConnection},
+        pool::PoolConnection,
+        postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, Postgres},
         AssertSqlSafe, Column as _, ConnectOptions as _, Connection as _, Executor as _, Row as _,
         SqlSafeStr as _, Statement as _, TypeInfo as _, ValueRef as _,
     };
@@ -491,25 +492,13 @@ mod postgres {
         max_rows: usize,
     ) -> ToolResult<Answer> {
         let setup = ensure_setup(db).await?;
-        let base: PgConnectOptions = (*db.get_postgres_connection_pool().connect_options()).clone();
-        let password = std::env::var("CUSTINTEL_QUERY_PASSWORD").unwrap_or_default();
-        let options = base
-            .username(&setup.role)
-            .password(&password)
-            .options([("search_path", setup.views_schema.as_str())])
-            .disable_statement_logging();
-        // Bounded as the pool's connections are: a server that does not answer is unavailable.
-        let mut conn = tokio::time::timeout(
-            crate::db::POSTGRES_ACQUIRE_TIMEOUT,
-            PgConnection::connect_with(&options),
-        )
-        .await
-        .map_err(|_| sqlx::Error::PoolTimedOut)
-        .and_then(|connected| connected)
-        .map_err(connection_error("could not connect as the query role"))?;
-        crate::db::tcp_nodelay::set_towards(options.get_port());
+        let mut conn = query_connections(db, &setup)
+            .await
+            .acquire()
+            .await
+            .map_err(connection_error("could not connect as the query role"))?;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut conn)
+            .fetch_one(&mut *conn)
             .await
             .map_err(connection_error("query connection"))?;
         db.execute_raw(Statement::from_sql_and_values(
@@ -528,9 +517,16 @@ mod postgres {
         )
         .await;
         let result = match outcome {
-            Ok(result) => result,
+            Ok(result) => {
+                // Back to the pool as a fresh connection would be, or closed.
+                if reset(&mut conn).await.is_err() {
+                    let _ = conn.close().await;
+                }
+                result
+            }
             Err(_) => {
-                // The server-side timeout should have fired; make sure the backend stops.
+                // The server-side timeout should have fired; make sure the backend stops, and
+                // do not use this connection again.
                 let _ = db
                     .execute_raw(Statement::from_sql_and_values(
                         DatabaseBackend::Postgres,
@@ -538,10 +534,10 @@ mod postgres {
                         [pid.into()],
                     ))
                     .await;
+                let _ = conn.close().await;
                 Err(ToolError::Refused(time_limit_message()))
             }
         };
-        let _ = conn.close().await;
         let _ = db
             .execute_raw(Statement::from_sql_and_values(
                 DatabaseBackend::Postgres,
@@ -550,6 +546,66 @@ mod postgres {
             ))
             .await;
         result
+    }
+
+    /// Query-role connections open at once per data schema, at most.
+    const QUERY_CONNECTIONS: u32 = 8;
+
+    /// The query role's connections for one data schema, kept between calls: opening one (a
+    /// new server process, TLS, the catalog read again) cost more than most statements, 30-70
+    /// ms a call on a loaded two-core machine. [`reset`] returns each to the state of a new
+    /// one before another call uses it.
+    async fn query_connections(db: &DatabaseConnection, setup: &Setup) -> PgPool {
+        static POOLS: OnceLock<tokio::sync::Mutex<HashMap<String, PgPool>>> = OnceLock::new();
+        let mut pools = POOLS
+            .get_or_init(|| tokio::sync::Mutex::new(HashMap::new()))
+            .lock()
+            .await;
+        let base: PgConnectOptions = (*db.get_postgres_connection_pool().connect_options()).clone();
+        // Per server and schema: tests run several databases in one process.
+        let key = format!(
+            "{}:{}/{}/{}",
+            base.get_host(),
+            base.get_port(),
+            base.get_database().unwrap_or_default(),
+            setup.views_schema
+        );
+        if let Some(pool) = pools.get(&key) {
+            return pool.clone();
+        }
+        let password = std::env::var("CUSTINTEL_QUERY_PASSWORD").unwrap_or_default();
+        let port = base.get_port();
+        let options = base
+            .username(&setup.role)
+            .password(&password)
+            .options([("search_path", setup.views_schema.as_str())])
+            .disable_statement_logging();
+        let pool = PgPoolOptions::new()
+            .max_connections(QUERY_CONNECTIONS)
+            .min_connections(0)
+            // Bounded as the service's own connections are: a server that does not answer is
+            // unavailable.
+            .acquire_timeout(crate::db::POSTGRES_ACQUIRE_TIMEOUT)
+            .idle_timeout(Duration::from_secs(60))
+            .after_connect(move |_, _| {
+                Box::pin(async move {
+                    crate::db::tcp_nodelay::set_towards(port);
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(options);
+        pools.insert(key, pool.clone());
+        pool
+    }
+
+    /// Ends the caller's transaction (rolled back, which also undoes any `set_config` of it)
+    /// and discards whatever else a statement could leave on the session: prepared statements,
+    /// advisory locks, cursors, temporary tables.
+    async fn reset(conn: &mut PoolConnection<Postgres>) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
+        conn.clear_cached_statements().await?;
+        sqlx::raw_sql("DISCARD ALL").execute(&mut **conn).await?;
+        Ok(())
     }
 
     async fn run_on(conn: &mut PgConnection, sql: &str, max_rows: usize) -> ToolResult<Answer> {

@@ -714,6 +714,87 @@ db_test!(query_reads_only_own_views, |app: TestApp| async move {
 });
 
 db_test!(
+    query_sessions_leave_nothing_behind,
+    |app: TestApp| async move {
+        let s = seed(&app).await;
+        let count = "SELECT count(*) FROM customers";
+        // Calls of two organizations at once, more than the query connections kept: each sees
+        // its own rows, whichever connection served the call before.
+        let calls = (0..24).map(|n| {
+            let (org, expected) = if n % 2 == 0 {
+                (s.org.clone(), 2)
+            } else {
+                (s.other_org.clone(), 1)
+            };
+            let app = &app;
+            async move {
+                let rows = sql(app, &org, json!({ "sql": count }))
+                    .await
+                    .expect("count");
+                assert_eq!(rows["rows"], json!([[expected]]), "call {n}");
+            }
+        });
+        futures_util::future::join_all(calls).await;
+        if app.db.get_database_backend() == DatabaseBackend::Postgres {
+            // What a statement can leave on its session does not reach the next call: a
+            // setting, a session advisory lock, a prepared statement.
+            for leftover in [
+                "SELECT set_config('search_path', 'public', false)",
+                "SELECT pg_advisory_lock(424242)",
+                "SELECT set_config('statement_timeout', '1', false)",
+            ] {
+                for _ in 0..8 {
+                    sql(&app, &s.other_org, json!({ "sql": leftover }))
+                        .await
+                        .unwrap_or_else(|e| panic!("{leftover}: {e:?}"));
+                }
+            }
+            let _ = sql(
+                &app,
+                &s.other_org,
+                json!({ "sql": "PREPARE leftover AS SELECT 1" }),
+            )
+            .await;
+            for _ in 0..8 {
+                let rows = sql(
+                    &app,
+                    &s.org,
+                    json!({ "sql": "SELECT count(*), pg_sleep(0.01)::text FROM customers" }),
+                )
+                .await
+                .expect("after the leftovers");
+                assert_eq!(rows["rows"][0][0], json!(2));
+                let again = sql(
+                    &app,
+                    &s.org,
+                    json!({ "sql": "PREPARE leftover AS SELECT 1" }),
+                )
+                .await;
+                assert!(
+                    !format!("{again:?}").contains("already exists"),
+                    "a prepared statement outlived its call: {again:?}"
+                );
+            }
+            let free = app
+                .db
+                .query_one_raw(sea_orm::Statement::from_string(
+                    DatabaseBackend::Postgres,
+                    "SELECT pg_try_advisory_lock(424242) AS free",
+                ))
+                .await
+                .expect("try lock")
+                .expect("row")
+                .try_get::<bool>("", "free")
+                .expect("free");
+            assert!(
+                free,
+                "a query call's session advisory lock outlived the call"
+            );
+        }
+    }
+);
+
+db_test!(
     query_refuses_writes_and_escapes,
     |app: TestApp| async move {
         let s = seed(&app).await;
