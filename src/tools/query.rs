@@ -7,11 +7,13 @@
 //!   made *through those views*, functions and recursive CTEs, so `main.customers`, writes,
 //!   DDL, `ATTACH` and `PRAGMA` are refused when the statement is prepared. A progress handler
 //!   interrupts it at the time limit.
-//! - PostgreSQL: the statement runs on a fresh connection that logs in as the query role,
-//!   which may only select the analytics views (`<schema>_analytics`); the views filter on the
-//!   organization the service registered for that backend's pid in `query_sessions`, which the
-//!   role can neither read nor change. The transaction is `READ ONLY` with a statement timeout.
-//!   Logging in as a separate role matters: `SET ROLE` could be undone by the caller's SQL.
+//! - PostgreSQL: the statement runs on a connection logged in as the query role, which may
+//!   only select the analytics views (`<schema>_analytics`); the views filter on the
+//!   organization the service registered for that backend's pid in `query_sessions` before the
+//!   call, which the role can neither read nor change. The transaction is `READ ONLY` with a
+//!   statement timeout. Logging in as a separate role matters: `SET ROLE` could be undone by
+//!   the caller's SQL. The role's connections are kept for later calls; after each call its
+//!   transaction is rolled back and `DISCARD ALL` leaves the session as a new one.
 
 use std::{
     path::PathBuf,
