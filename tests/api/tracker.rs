@@ -273,15 +273,19 @@ db_test!(the_tracker_in_a_browser, |app: TestApp| async move {
     // the identity goes with later batches.
     let org = app.org("Tracked Basics").await;
     browser.goto(&page(&org, &app.base, "")).await;
+    // The navigation starts 300 ms after the load: each batch's `occurredAt` is corrected by
+    // its receive time less its `sentAt`, which includes the request's time in transit, so the
+    // load's pageview (sent in a batch of its own) could land after the next page's when the
+    // two were a few milliseconds apart on a busy machine.
     browser
         .eval(
-            "(history.pushState({}, '', '/p/pricing' + location.search), \
+            "(setTimeout(() => (history.pushState({}, '', '/p/pricing' + location.search), \
               history.pushState({}, '', '/p/docs' + location.search), \
               custintel.track('Plan Selected', {plan: 'pro', seats: 5}), \
               custintel.identify({email: 'Ada@Acme.com', userId: 'u_ada', traits: {name: 'Ada'}, \
                                   customerId: 'acct_acme', customerTraits: {name: 'Acme'}}), \
               custintel.group('acct_two', {name: 'Acme Two'}), \
-              setTimeout(() => custintel.track('After Identify'), 500), true)",
+              setTimeout(() => custintel.track('After Identify'), 500)), 300), true)",
         )
         .await;
     let rows = events_until(&app, &org.organization_id, |r| {
