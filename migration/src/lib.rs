@@ -30,6 +30,7 @@ mod m20261127_060000_user_name_trigrams;
 mod m20261127_070000_drop_customer_activity_prefix_index;
 mod m20261128_010000_name_search_by_writers;
 mod m20261128_020000_message_claims_by_time;
+mod m20261128_030000_source_fact_counts;
 
 pub struct Migrator;
 
@@ -66,6 +67,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_070000_drop_customer_activity_prefix_index::Migration),
             Box::new(m20261128_010000_name_search_by_writers::Migration),
             Box::new(m20261128_020000_message_claims_by_time::Migration),
+            Box::new(m20261128_030000_source_fact_counts::Migration),
         ]
     }
 }

@@ -147,7 +147,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
         KnownTotal::Kept(KeptTotal {
             record: "customers",
-            bucket: input.billing_status.map(BillingStatus::as_str),
+            buckets: input.billing_status.map(|b| vec![b.as_str().to_string()]),
         })
     });
     let known = kept

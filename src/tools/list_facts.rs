@@ -7,9 +7,10 @@ use serde_json::{json, Value};
 
 use super::{
     common::{
-        after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
-        rows_and_total, ListRequest,
+        after_desc, check_fields, key_time, page_and_count, parse_source_types, parse_timestamp,
+        resolve_customer, rows_and_total, ListRequest, Total,
     },
+    record_counts::{self, KeptTotal},
     records::{self, FACT_FIELDS, FACT_IDS},
     ToolContext, ToolResult,
 };
@@ -51,10 +52,27 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         Some(list) => list.clone(),
         None => vec![FactStatus::Active],
     };
-    filter = filter.add(Column::Status.is_in(statuses));
-    if let Some(raw) = &input.source_types {
-        filter = filter.add(Column::SourceType.is_in(parse_source_types("sourceTypes", raw)?));
+    filter = filter.add(Column::Status.is_in(statuses.clone()));
+    let types = match &input.source_types {
+        Some(raw) => Some(parse_source_types("sourceTypes", raw)?),
+        None => None,
+    };
+    if let Some(types) = &types {
+        filter = filter.add(Column::SourceType.is_in(types.clone()));
     }
+    // Filtered by statuses and source types alone, the total is kept per status and type.
+    let kept = match (&types, input.after.is_none() && input.customer.is_none()) {
+        (Some(types), true) => Some(KeptTotal {
+            record: "facts",
+            buckets: Some(
+                statuses
+                    .iter()
+                    .flat_map(|s| types.iter().map(move |t| format!("{}:{t}", s.as_str())))
+                    .collect(),
+            ),
+        }),
+        _ => None,
+    };
     if let Some(raw) = &input.after {
         filter = filter.add(Column::SourceOccurredAt.gte(parse_timestamp("after", raw)?));
     }
@@ -80,7 +98,14 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .order_by(Column::SourceOccurredAt, Order::Desc)
         .order_by(Column::Id, Order::Desc)
         .limit(req.limit + 1);
-    let (rows, total) = rows_and_total(db, &req, matching, page).await?;
+    let (rows, total) = match kept {
+        Some(kept) if req.cursor.is_none() => {
+            let total = record_counts::total_expr(&ctx.organization_id, &kept);
+            let (rows, kept_total) = page_and_count(db, page, total).await?;
+            (rows, Total::exact(kept_total))
+        }
+        _ => rows_and_total(db, &req, matching, page).await?,
+    };
     Ok(super::common::page(
         rows,
         &req,

@@ -7,9 +7,10 @@ use serde_json::{json, Value};
 
 use super::{
     common::{
-        after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
-        rows_and_total, ListRequest,
+        after_desc, check_fields, key_time, page_and_count, parse_source_types, parse_timestamp,
+        resolve_customer, rows_and_total, ListRequest, Total,
     },
+    record_counts::{self, KeptTotal},
     records::{self, SOURCE_IDS, SOURCE_ITEM_FIELDS},
     ToolContext, ToolError, ToolResult,
 };
@@ -45,9 +46,21 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let req = ListRequest::new(input.limit, &input.cursor)?;
     check_fields(&input.fields, SOURCE_ITEM_FIELDS)?;
     let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
-    if let Some(raw) = &input.source_types {
-        filter = filter.add(Column::SourceType.is_in(parse_source_types("sourceTypes", raw)?));
+    let types = match &input.source_types {
+        Some(raw) => Some(parse_source_types("sourceTypes", raw)?),
+        None => None,
+    };
+    if let Some(types) = &types {
+        filter = filter.add(Column::SourceType.is_in(types.clone()));
     }
+    // Filtered by source types alone (or not at all), the total is kept per type.
+    let kept =
+        (input.after.is_none() && input.before.is_none() && input.customer.is_none()).then(|| {
+            KeptTotal {
+                record: "sources",
+                buckets: types.map(|t| t.iter().map(|t| t.to_string()).collect()),
+            }
+        });
     if let Some(raw) = &input.after {
         filter = filter.add(Column::OccurredAt.gte(parse_timestamp("after", raw)?));
     }
@@ -71,7 +84,14 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .order_by(Column::OccurredAt, Order::Desc)
         .order_by(Column::Id, Order::Desc)
         .limit(req.limit + 1);
-    let (rows, total) = rows_and_total(db, &req, matching, page).await?;
+    let (rows, total) = match kept {
+        Some(kept) if req.cursor.is_none() => {
+            let total = record_counts::total_expr(&ctx.organization_id, &kept);
+            let (rows, kept_total) = page_and_count(db, page, total).await?;
+            (rows, Total::exact(kept_total))
+        }
+        _ => rows_and_total(db, &req, matching, page).await?,
+    };
     Ok(super::common::page(
         rows,
         &req,

@@ -133,7 +133,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
         KnownTotal::Kept(KeptTotal {
             record: "users",
-            bucket: input.stage.map(Stage::as_str),
+            buckets: input.stage.map(|b| vec![b.as_str().to_string()]),
         })
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));

@@ -1,7 +1,8 @@
 //! Exact totals kept by the `record_counts` triggers (see those migrations): users per journey
-//! stage and customers per billing status (with their revenue), per organization. A list
-//! filtered by nothing but those reads its `pagination.total` here instead of counting every
-//! match; the `customer_totals` and `user_totals` analytics views read them too.
+//! stage, customers per billing status (with their revenue), sources per source type and facts
+//! per status and source type (`STATUS:TYPE`), per organization. A list filtered by nothing but
+//! those reads its `pagination.total` here instead of counting every match; the
+//! `customer_totals` and `user_totals` analytics views read them too.
 //!
 //! On PostgreSQL each database backend counts in rows of its own, summed by readers, so that
 //! concurrent writers never wait on one another's counter rows (nor deadlock on them);
@@ -15,10 +16,11 @@ use sea_orm::{
 /// The counted rows a list's total can come from.
 #[derive(Debug, Clone)]
 pub struct KeptTotal {
-    /// `users` or `customers`.
+    /// `users`, `customers`, `sources` or `facts`.
     pub record: &'static str,
-    /// One stage or billing status, or `None` for all of them.
-    pub bucket: Option<&'static str>,
+    /// The buckets summed (stages, billing statuses, source types, `STATUS:TYPE`), or `None`
+    /// for all of them.
+    pub buckets: Option<Vec<String>>,
 }
 
 /// The organization's kept total.
@@ -27,6 +29,25 @@ pub async fn read<C: ConnectionTrait>(
     organization_id: &str,
     kept: &KeptTotal,
 ) -> Result<u64, DbErr> {
+    let query = total_query(organization_id, kept);
+    let backend = db.get_database_backend();
+    let total: i64 = match db.query_one_raw(backend.build(&query)).await? {
+        Some(row) => row.try_get("", "total")?,
+        None => 0,
+    };
+    Ok(u64::try_from(total).unwrap_or(0))
+}
+
+/// The kept total as a scalar subquery, to read beside a page's rows in one statement.
+pub fn total_expr(organization_id: &str, kept: &KeptTotal) -> Expr {
+    use sea_orm::sea_query::QueryStatementBuilder;
+    Expr::SubQuery(
+        None,
+        Box::new(total_query(organization_id, kept).into_sub_query_statement()),
+    )
+}
+
+fn total_query(organization_id: &str, kept: &KeptTotal) -> sea_orm::sea_query::SelectStatement {
     let column = |name: &str| Expr::col(Alias::new(name));
     let mut query = Query::select();
     query
@@ -37,15 +58,10 @@ pub async fn read<C: ConnectionTrait>(
         .from(Alias::new("record_counts"))
         .and_where(column("organization_id").eq(organization_id))
         .and_where(column("record").eq(kept.record));
-    if let Some(bucket) = kept.bucket {
-        query.and_where(column("bucket").eq(bucket));
+    if let Some(buckets) = &kept.buckets {
+        query.and_where(column("bucket").is_in(buckets.iter().map(String::as_str)));
     }
-    let backend = db.get_database_backend();
-    let total: i64 = match db.query_one_raw(backend.build(&query)).await? {
-        Some(row) => row.try_get("", "total")?,
-        None => 0,
-    };
-    Ok(u64::try_from(total).unwrap_or(0))
+    query
 }
 
 /// How often [`spawn_folder`] folds the rows of ended backends.

@@ -16,7 +16,7 @@ use entity::{
 };
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ColumnTrait, ConnectionTrait, DatabaseBackend,
-    EntityTrait, QueryFilter, Set, TransactionTrait,
+    EntityTrait, PaginatorTrait, QueryFilter, Set, TransactionTrait,
 };
 use serde_json::{json, Value};
 
@@ -1079,5 +1079,169 @@ db_test!(
         .await
         .expect("query");
         snap!("query_customer_totals", totals);
+    }
+);
+
+db_test!(
+    kept_source_and_fact_totals_agree_with_counts,
+    |app: TestApp| async move {
+        let mine = app.org("Kept Sources Co").await.organization_id;
+        let theirs = app.org("Other Sources Co").await.organization_id;
+        let customer_of = |org: String| {
+            let app = &app;
+            async move {
+                add_customer(
+                    app,
+                    &org,
+                    "Acme",
+                    &format!("{org}.example"),
+                    BillingStatus::Paying,
+                    1,
+                )
+                .await
+            }
+        };
+        let (my_customer, their_customer) =
+            tokio::join!(customer_of(mine.clone()), customer_of(theirs.clone()));
+        let types = [
+            "CALL",
+            "EMAIL",
+            "CALENDAR_EVENT",
+            "SUPPORT_TICKET",
+            "OPPORTUNITY",
+        ];
+        let statuses = [
+            FactStatus::Active,
+            FactStatus::Superseded,
+            FactStatus::Retracted,
+        ];
+        let app = &app;
+        // Writers at once, in both organizations: sources and facts made, a fact's status and a
+        // source's type changed, a source deleted.
+        let writers = (0..40usize).map(|n| {
+            let (org, customer) = if n % 4 == 0 {
+                (theirs.clone(), their_customer.clone())
+            } else {
+                (mine.clone(), my_customer.clone())
+            };
+            async move {
+                let source_type = types[n % types.len()];
+                let source = put_source(
+                    app,
+                    &org,
+                    None,
+                    &customer,
+                    source_type,
+                    &format!("s{n}"),
+                    "Call",
+                    "body",
+                    at(1),
+                )
+                .await;
+                let fact = put_fact(
+                    app,
+                    &org,
+                    None,
+                    &customer,
+                    "A fact",
+                    FactStatus::Active,
+                    source_type,
+                    &format!("s{n}"),
+                    at(1),
+                )
+                .await;
+                if n % 3 == 0 {
+                    put_fact(
+                        app,
+                        &org,
+                        Some(&fact),
+                        &customer,
+                        "A fact",
+                        statuses[n % 3 + 1],
+                        source_type,
+                        &format!("s{n}"),
+                        at(2),
+                    )
+                    .await;
+                }
+                if n % 5 == 1 {
+                    put_source(
+                        app,
+                        &org,
+                        Some(&source),
+                        &customer,
+                        types[(n + 1) % types.len()],
+                        &format!("s{n}"),
+                        "Call",
+                        "body",
+                        at(2),
+                    )
+                    .await;
+                }
+                if n % 7 == 2 {
+                    source::Entity::delete_by_id(source)
+                        .exec(&app.db)
+                        .await
+                        .expect("delete");
+                }
+            }
+        });
+        futures_util::future::join_all(writers).await;
+
+        let list = |tool: &'static str, input: Value| {
+            let ctx = ctx(app, &mine);
+            async move {
+                custintel::tools::call(ctx, tool, Some(input))
+                    .await
+                    .unwrap_or_else(|e| panic!("{tool}: {e:?}"))
+            }
+        };
+        for source_type in types {
+            let counted = source::Entity::find()
+                .filter(source::Column::OrganizationId.eq(&mine))
+                .filter(source::Column::SourceType.eq(source_type))
+                .count(&app.db)
+                .await
+                .expect("count");
+            let page = list(
+                "svc_list_sources",
+                json!({ "sourceTypes": [source_type], "limit": 1 }),
+            )
+            .await;
+            assert_eq!(
+                page["pagination"]["total"],
+                json!(counted),
+                "{source_type}: {page}"
+            );
+            assert_eq!(page["pagination"]["totalExact"], json!(true));
+            for status in [vec![FactStatus::Active], statuses.to_vec()] {
+                let counted = fact::Entity::find()
+                    .filter(fact::Column::OrganizationId.eq(&mine))
+                    .filter(fact::Column::SourceType.eq(source_type))
+                    .filter(fact::Column::Status.is_in(status.clone()))
+                    .count(&app.db)
+                    .await
+                    .expect("count");
+                let names: Vec<&str> = status.iter().map(|s| s.as_str()).collect();
+                let page = list(
+                    "svc_list_facts",
+                    json!({ "sourceTypes": [source_type], "status": names, "limit": 1 }),
+                )
+                .await;
+                assert_eq!(
+                    page["pagination"]["total"],
+                    json!(counted),
+                    "{source_type} {names:?}: {page}"
+                );
+            }
+        }
+        let all = source::Entity::find()
+            .filter(source::Column::OrganizationId.eq(&mine))
+            .count(&app.db)
+            .await
+            .expect("count");
+        let page = list("svc_list_sources", json!({ "limit": 1 })).await;
+        assert_eq!(page["pagination"]["total"], json!(all));
+        assert!(all > 0);
     }
 );
