@@ -47,6 +47,16 @@ fn backfill(table: &str, expression: &str, backend: DbBackend) -> String {
     )
 }
 
+/// `condition` (`{c}` standing for a column) for the organization and each of `columns`,
+/// joined by `joiner`: whether a change moved a row to another bucket, or did not.
+fn each_bucket_column(columns: &str, condition: &str, joiner: &str) -> String {
+    std::iter::once("organization_id")
+        .chain(columns.split(", "))
+        .map(|c| condition.replace("{c}", c))
+        .collect::<Vec<_>>()
+        .join(joiner)
+}
+
 fn sqlite_triggers(table: &str, expression: &str, columns: &str) -> Vec<String> {
     let change = |row: &str, sign: i64| {
         format!(
@@ -56,11 +66,7 @@ fn sqlite_triggers(table: &str, expression: &str, columns: &str) -> Vec<String> 
             bucket(expression, row)
         )
     };
-    let moved = std::iter::once("organization_id")
-        .chain(columns.split(", "))
-        .map(|c| format!("old.{c} IS NOT new.{c}"))
-        .collect::<Vec<_>>()
-        .join(" OR ");
+    let moved = each_bucket_column(columns, "old.{c} IS NOT new.{c}", " OR ");
     vec![
         format!(
             "CREATE TRIGGER {table}_count_insert AFTER INSERT ON {table} BEGIN {} END",
@@ -89,11 +95,7 @@ fn postgres_function(table: &str, expression: &str, columns: &str) -> String {
             bucket(expression, row)
         )
     };
-    let unmoved = std::iter::once("organization_id")
-        .chain(columns.split(", "))
-        .map(|c| format!("OLD.{c} IS NOT DISTINCT FROM NEW.{c}"))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    let unmoved = each_bucket_column(columns, "OLD.{c} IS NOT DISTINCT FROM NEW.{c}", " AND ");
     format!(
         "CREATE OR REPLACE FUNCTION {table}_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

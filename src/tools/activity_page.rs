@@ -18,10 +18,7 @@ use sea_orm::{
 };
 
 use super::{
-    common::{
-        count_capped, count_examined, count_up_to_expr, page_and_count, CountedResidual,
-        ListRequest, Total, EXACT_TOTAL_LIMIT,
-    },
+    common::{self, count_capped, count_examined, CountedResidual, ListRequest, PageTotal, Total},
     record_counts::{self, KeptTotal},
     ToolContext, ToolResult,
 };
@@ -148,9 +145,8 @@ where
     {
         // A first page whose total is a plain count: both in one statement (a round trip was
         // most of a small list's cost on PostgreSQL).
-        let total = count_up_to_expr(E::find().filter(counted_bounded), EXACT_TOTAL_LIMIT + 1);
-        let (rows, counted) = page_and_count(db, first_page().filter(bounded), total).await?;
-        return Ok((rows, Total::capped(counted)));
+        let total = PageTotal::Counted(E::find().filter(counted_bounded));
+        return Ok(common::first_page(db, first_page().filter(bounded), total).await?);
     }
     let rows = async {
         // Never-active rows follow the active ones unless the range starts at a time.

@@ -273,11 +273,17 @@ where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
+    count_of(db, count_up_to_expr(select, cap)).await
+}
+
+/// The value of a count expression (a [`count_up_to_expr`], or a sum of them) read in a
+/// statement of its own.
+pub async fn count_of<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    count: Expr,
+) -> Result<u64, sea_orm::DbErr> {
     let count = sea_orm::sea_query::Query::select()
-        .expr_as(
-            count_up_to_expr(select, cap),
-            sea_orm::sea_query::Alias::new("n"),
-        )
+        .expr_as(count, sea_orm::sea_query::Alias::new("n"))
         .to_owned();
     read_count(db, db.get_database_backend().build(&count)).await
 }
@@ -301,20 +307,33 @@ pub fn count_up_to_expr<E: EntityTrait>(select: sea_orm::Select<E>, cap: u64) ->
     Expr::SubQuery(None, Box::new(count.into_sub_query_statement()))
 }
 
-/// The rows of `page` with the count `total` (a [`count_up_to_expr`]) read beside them, in one
-/// statement: the count is a scalar subquery of no row's values, which both databases evaluate
-/// once. When the page has no row, neither has the list, and the count is 0.
-pub async fn page_and_count<E, C>(
+/// How a first page's total is read, beside the page's rows.
+pub enum PageTotal<E: EntityTrait> {
+    /// The rows this selects, counted up to where totals stop being exact.
+    Counted(sea_orm::Select<E>),
+    /// A total kept by triggers (`record_counts::total_expr`): exact.
+    Kept(Expr),
+}
+
+/// The rows of a first page and its list's total, in one statement: the total is a scalar
+/// subquery of no row's values, which both databases evaluate once (each statement is a round
+/// trip, most of a small read's cost on PostgreSQL). When the page has no row, neither has the
+/// list, and the total is 0.
+pub async fn first_page<E, C>(
     db: &C,
     page: sea_orm::Select<E>,
-    total: Expr,
-) -> Result<(Vec<E::Model>, u64), sea_orm::DbErr>
+    total: PageTotal<E>,
+) -> Result<(Vec<E::Model>, Total), sea_orm::DbErr>
 where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
     use sea_orm::{FromQueryResult, QuerySelect, QueryTrait};
     const TOTAL: &str = "counted_total";
+    let (total, kept) = match total {
+        PageTotal::Counted(matching) => (count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1), false),
+        PageTotal::Kept(kept) => (kept, true),
+    };
     let page = page.expr_as(total, TOTAL);
     let rows = db
         .query_all_raw(db.get_database_backend().build(&page.into_query()))
@@ -325,17 +344,25 @@ where
         counted = row.try_get::<i64>("", TOTAL)?;
         models.push(E::Model::from_query_result(row, "")?);
     }
-    Ok((models, u64::try_from(counted).unwrap_or(0)))
+    let counted = u64::try_from(counted).unwrap_or(0);
+    Ok((
+        models,
+        if kept {
+            Total::exact(counted)
+        } else {
+            Total::capped(counted)
+        },
+    ))
 }
 
-/// A page's rows (`page`: the rows `matching` selects after the cursor, ordered and limited)
-/// and the list's total: the cursor's on a later page; on a first page, the matches of
-/// `matching` counted (up to where totals stop being exact) in the page's own statement.
+/// A page's rows (`page`: the list's rows after the cursor, ordered and limited) and the
+/// list's total: the cursor's on a later page; on a first page, `total` read in the page's own
+/// statement ([`first_page`]).
 pub async fn rows_and_total<E, C>(
     db: &C,
     req: &ListRequest,
-    matching: sea_orm::Select<E>,
     page: sea_orm::Select<E>,
+    total: PageTotal<E>,
 ) -> Result<(Vec<E::Model>, Total), sea_orm::DbErr>
 where
     E: EntityTrait,
@@ -343,11 +370,7 @@ where
 {
     match &req.cursor {
         Some(c) => Ok((page.all(db).await?, c.total())),
-        None => {
-            let total = count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1);
-            let (rows, counted) = page_and_count(db, page, total).await?;
-            Ok((rows, Total::capped(counted)))
-        }
+        None => first_page(db, page, total).await,
     }
 }
 
@@ -459,18 +482,6 @@ impl ListRequest {
             limit: limit as u64,
             cursor,
         })
-    }
-
-    /// The total from the cursor, or `count` for a first page.
-    pub async fn total<F, Fut>(&self, count: F) -> ToolResult<Total>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Total, sea_orm::DbErr>>,
-    {
-        match &self.cursor {
-            Some(c) => Ok(c.total()),
-            None => Ok(count().await?),
-        }
     }
 }
 

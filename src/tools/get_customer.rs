@@ -13,10 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{
-    common::{
-        count_up_to_expr, page_and_count, parse_duration, resolve_customer, ts, Total,
-        EXACT_TOTAL_LIMIT,
-    },
+    common::{first_page, parse_duration, resolve_customer, ts, PageTotal, Total},
     records,
     timeline::{self, Channels, Window},
     ToolContext, ToolError, ToolResult,
@@ -188,7 +185,10 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
-    let total = count_up_to_expr(matching.clone(), EXACT_TOTAL_LIMIT + 1);
-    let (rows, counted) = page_and_count(db, order(matching).limit(limit), total).await?;
-    Ok((rows, Total::capped(counted)))
+    first_page(
+        db,
+        order(matching.clone()).limit(limit),
+        PageTotal::Counted(matching),
+    )
+    .await
 }

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::{
     common::{
-        after_desc, check_fields, key_time, page_and_count, parse_source_types, parse_timestamp,
-        resolve_customer, rows_and_total, ListRequest, Total,
+        after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
+        rows_and_total, ListRequest, PageTotal,
     },
     record_counts::{self, KeptTotal},
     records::{self, FACT_FIELDS, FACT_IDS},
@@ -98,14 +98,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .order_by(Column::SourceOccurredAt, Order::Desc)
         .order_by(Column::Id, Order::Desc)
         .limit(req.limit + 1);
-    let (rows, total) = match kept {
-        Some(kept) if req.cursor.is_none() => {
-            let total = record_counts::total_expr(&ctx.organization_id, &kept);
-            let (rows, kept_total) = page_and_count(db, page, total).await?;
-            (rows, Total::exact(kept_total))
-        }
-        _ => rows_and_total(db, &req, matching, page).await?,
+    let total = match kept {
+        Some(kept) => PageTotal::Kept(record_counts::total_expr(&ctx.organization_id, &kept)),
+        None => PageTotal::Counted(matching),
     };
+    let (rows, total) = rows_and_total(db, &req, page, total).await?;
     Ok(super::common::page(
         rows,
         &req,

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{
-    common::{check_fields, contains_ci, rows_and_total, ListRequest},
+    common::{check_fields, contains_ci, rows_and_total, ListRequest, PageTotal},
     records::{self, WORKSPACE_USER_FIELDS, WORKSPACE_USER_IDS},
     ToolContext, ToolResult,
 };
@@ -87,7 +87,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .order_by(Column::Name, Order::Asc)
         .order_by(Column::Id, Order::Asc)
         .limit(req.limit + 1);
-    let (rows, total) = rows_and_total(db, &req, matching, page).await?;
+    let (rows, total) = rows_and_total(db, &req, page, PageTotal::Counted(matching)).await?;
     Ok(super::common::page(
         rows,
         &req,

@@ -7,7 +7,7 @@ use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrde
 use serde_json::{json, Value};
 
 use super::{
-    common::{count_up_to_expr, key_time, Total, EXACT_TOTAL_LIMIT},
+    common::{count_of, count_up_to_expr, key_time, Total, EXACT_TOTAL_LIMIT},
     records, ToolContext, ToolResult,
 };
 
@@ -129,10 +129,7 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
 
 /// Entries in the whole window, counted up to the exact-count limit over all channels.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
-    use sea_orm::{
-        sea_query::{Alias, ExprTrait, Query},
-        ConnectionTrait,
-    };
+    use sea_orm::sea_query::ExprTrait;
     let cap = EXACT_TOTAL_LIMIT + 1;
     let mut parts = Vec::new();
     if w.channels.product {
@@ -159,15 +156,7 @@ pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     };
     // The channels' counts in one statement: a round trip each was most of their cost on
     // PostgreSQL. Each is capped, so their sum is exact up to the cap, as the total needs.
-    let db = ctx.db().await?;
-    let statement = db
-        .get_database_backend()
-        .build(Query::select().expr_as(sum, Alias::new("n")));
-    let n: i64 = match db.query_one_raw(statement).await? {
-        Some(row) => row.try_get("", "n")?,
-        None => 0,
-    };
-    Ok(Total::capped(u64::try_from(n).unwrap_or(0)))
+    Ok(Total::capped(count_of(ctx.db().await?, sum).await?))
 }
 
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
