@@ -1,6 +1,7 @@
 //! Schema migrations, run by `custintel serve` at start and by `custintel migrate`.
 pub use sea_orm_migration::prelude::*;
 
+mod kept_counts;
 mod m20261122_000001_initial;
 mod m20261122_000020_tool_gateway_indexes;
 mod m20261122_000401_query_sessions;
@@ -31,6 +32,8 @@ mod m20261127_070000_drop_customer_activity_prefix_index;
 mod m20261128_010000_name_search_by_writers;
 mod m20261128_020000_message_claims_by_time;
 mod m20261128_030000_source_fact_counts;
+mod m20261128_040000_customer_revenue_counts;
+mod m20261128_050000_trait_value_counts;
 
 pub struct Migrator;
 
@@ -68,6 +71,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_010000_name_search_by_writers::Migration),
             Box::new(m20261128_020000_message_claims_by_time::Migration),
             Box::new(m20261128_030000_source_fact_counts::Migration),
+            Box::new(m20261128_040000_customer_revenue_counts::Migration),
+            Box::new(m20261128_050000_trait_value_counts::Migration),
         ]
     }
 }

@@ -758,42 +758,29 @@ pub async fn rare_trait_candidates(
     traits: &Option<Map<String, Value>>,
     only_filter: bool,
 ) -> ToolResult<TraitLookup> {
-    use sea_orm::Statement;
     let db = ctx.db().await?;
     let backend = sea_orm::ConnectionTrait::get_database_backend(db);
     let pairs: Vec<(&String, &Value)> = traits.iter().flat_map(|m| m.iter()).collect();
-    // One trait value as the list's only filter takes its total from the index: count it up
-    // to where totals stop being exact.
+    // One trait value as the list's only filter takes its exact total from the kept counts.
     let alone = only_filter && pairs.len() == 1;
-    let cap = if alone {
-        Ord::max(EXACT_TOTAL_LIMIT, RARE_TRAIT_RECORDS) + 1
-    } else {
-        RARE_TRAIT_RECORDS + 1
-    };
+    let indexed: Vec<(&String, String)> = pairs
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, indexed_trait_value(value)?)))
+        .collect();
+    let counts = super::record_counts::trait_value_counts(
+        db,
+        &ctx.organization_id,
+        table,
+        indexed
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str())),
+    )
+    .await?;
     let mut rarest: Option<(u64, String, String)> = None;
     let mut counted_alone = None;
-    for (key, value) in pairs {
-        let Some(indexed) = indexed_trait_value(value) else {
-            continue;
-        };
-        let count = Statement::from_sql_and_values(
-            backend,
-            crate::db::placeholders(
-                backend,
-                "SELECT COUNT(*) AS n FROM (SELECT 1 FROM trait_values WHERE organization_id = ? \
-                 AND record = ? AND trait_key = ? AND trait_value = ? LIMIT ?) AS matches",
-            ),
-            [
-                ctx.organization_id.clone().into(),
-                table.into(),
-                key.clone().into(),
-                indexed.clone().into(),
-                (cap as i64).into(),
-            ],
-        );
-        let n = read_count(db, count).await?;
+    for ((key, indexed), n) in indexed.into_iter().zip(counts) {
         if alone {
-            counted_alone = Some(Total::capped(n));
+            counted_alone = Some(Total::exact(n));
         }
         if n <= RARE_TRAIT_RECORDS && rarest.as_ref().is_none_or(|(m, _, _)| n < *m) {
             rarest = Some((n, key.clone(), indexed));
@@ -825,7 +812,7 @@ pub struct TraitLookup {
     /// index exact), so a count of the candidates need not check that trait again.
     pub rarest_key: Option<String>,
     /// The records with its one value, when that indexed value is the list's only filter
-    /// (exact up to [`EXACT_TOTAL_LIMIT`], a lower bound beyond): the list's total.
+    /// (exact, from the kept counts): the list's total.
     pub counted_alone: Option<Total>,
 }
 

@@ -16,7 +16,7 @@ use super::{
         rare_trait_candidates, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT, FEW_MATCHES,
     },
     few_matches_page::few_matches_page,
-    record_counts::KeptTotal,
+    record_counts::{self, KeptTotal},
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,
 };
@@ -117,14 +117,32 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         && input.traits.as_ref().is_none_or(Map::is_empty);
     let mut revenue_total = None;
     // Counted to choose the path (and, alone, for the total): a name the index found in few
-    // customers takes the few-matches path whatever the range holds.
+    // customers takes the few-matches path whatever the range holds. The kept revenue bands
+    // answer first: exactly for a range on their edges, and otherwise with a lower bound that,
+    // once past the limit at hand, makes the count unneeded.
     let narrow_revenue = match (&rare_trait, &revenue) {
         (None, Some(revenue)) if !named => {
+            let kept = record_counts::customers_in_revenue_range(
+                ctx.db().await?,
+                &ctx.organization_id,
+                input.billing_status.map(BillingStatus::as_str),
+                revenue.min,
+                revenue.max,
+            )
+            .await?;
             let served = filter.clone().add(revenue.indexed());
             let matches = if revenue_alone {
-                let n = matches_up_to(served, Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1).await?;
-                revenue_total = Some(Total::capped(n));
-                n
+                if kept.exact || kept.count > EXACT_TOTAL_LIMIT {
+                    revenue_total = Some(kept);
+                    kept.count
+                } else {
+                    let n =
+                        matches_up_to(served, Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1).await?;
+                    revenue_total = Some(Total::capped(n));
+                    n
+                }
+            } else if kept.exact || kept.count > FEW_MATCHES {
+                kept.count
             } else {
                 matches_up_to(served, FEW_MATCHES + 1).await?
             };

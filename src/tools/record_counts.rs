@@ -1,6 +1,7 @@
 //! Exact totals kept by the `record_counts` triggers (see those migrations): users per journey
-//! stage, customers per billing status (with their revenue), sources per source type and facts
-//! per status and source type (`STATUS:TYPE`), per organization. A list filtered by nothing but
+//! stage, customers per billing status (with their revenue) and per revenue band, sources per
+//! source type, facts per status and source type (`STATUS:TYPE`), and customers and users per
+//! indexed trait value, per organization. A list filtered by nothing but
 //! those reads its `pagination.total` here instead of counting every match; the
 //! `customer_totals` and `user_totals` analytics views read them too.
 //!
@@ -115,4 +116,206 @@ pub fn spawn_folder(db: DatabaseConnection) -> Option<tokio::task::JoinHandle<()
             tokio::time::sleep(FOLD_EVERY).await;
         }
     }))
+}
+
+/// How many records of `table` (`customers` or `users`) carry each `(key, indexed value)`
+/// pair (the value as `trait_values` holds it), in the pairs' order: the `trait_values`
+/// counts, read in one statement.
+pub async fn trait_value_counts<'a, C: ConnectionTrait>(
+    db: &C,
+    organization_id: &str,
+    table: &str,
+    pairs: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<Vec<u64>, DbErr> {
+    // The bucket as the `trait_values` counts' migration writes it.
+    let buckets: Vec<String> = pairs
+        .map(|(key, value)| format!("{table}:{}:{key}{value}", key.chars().count()))
+        .collect();
+    if buckets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let column = |name: &str| Expr::col(Alias::new(name));
+    let mut query = Query::select();
+    query
+        .column(Alias::new("bucket"))
+        .expr_as(
+            Expr::cust("CAST(COALESCE(SUM(n), 0) AS BIGINT)"),
+            Alias::new("total"),
+        )
+        .from(Alias::new("record_counts"))
+        .and_where(column("organization_id").eq(organization_id))
+        .and_where(column("record").eq("trait_values"))
+        .and_where(column("bucket").is_in(buckets.iter().map(String::as_str)))
+        .group_by_col(Alias::new("bucket"));
+    let backend = db.get_database_backend();
+    let mut counted = std::collections::HashMap::new();
+    for row in db.query_all_raw(backend.build(&query)).await? {
+        let bucket: String = row.try_get("", "bucket")?;
+        let total: i64 = row.try_get("", "total")?;
+        counted.insert(bucket, u64::try_from(total).unwrap_or(0));
+    }
+    Ok(buckets
+        .iter()
+        .map(|b| counted.get(b).copied().unwrap_or(0))
+        .collect())
+}
+
+/// The revenue bands of the `customer_revenue` counts (see their migration): each label
+/// (the amount's number of digits, two wide, then its first digit) with the amounts it holds,
+/// `[low, high)`, in the labels' order, which is the amounts' order.
+fn revenue_bands() -> Vec<(String, i128, i128)> {
+    let mut bands = vec![
+        ("000".to_string(), i128::from(i64::MIN), 0),
+        ("010".to_string(), 0, 1),
+    ];
+    for digits in 1..=19u32 {
+        let unit = 10i128.pow(digits - 1);
+        for first in 1..=9i128 {
+            if first * unit > i128::from(i64::MAX) {
+                return bands;
+            }
+            // The last band ends with the amounts.
+            let high = Ord::min((first + 1) * unit, i128::from(i64::MAX) + 1);
+            bands.push((format!("{digits:02}{first}"), first * unit, high));
+        }
+    }
+    bands
+}
+
+/// The first and last labels of the bands wholly within `[min, max]`, and whether those bands
+/// hold exactly that range; `None` when no band lies wholly within it.
+fn revenue_bands_within(min: Option<i64>, max: Option<i64>) -> Option<(String, String, bool)> {
+    let min = i128::from(min.unwrap_or(i64::MIN));
+    let max = i128::from(max.unwrap_or(i64::MAX));
+    let within: Vec<_> = revenue_bands()
+        .into_iter()
+        .filter(|(_, low, high)| *low >= min && high - 1 <= max)
+        .collect();
+    let (first, first_low, _) = within.first()?.clone();
+    let (last, _, last_high) = within.last()?.clone();
+    Some((first, last, first_low == min && last_high - 1 == max))
+}
+
+/// Customers with a revenue in `[min, max]` (and `billing_status`), from the kept revenue
+/// bands: exact when the range starts and ends on band edges, a lower bound otherwise (the
+/// bands wholly within it).
+pub async fn customers_in_revenue_range<C: ConnectionTrait>(
+    db: &C,
+    organization_id: &str,
+    billing_status: Option<&str>,
+    min: Option<i64>,
+    max: Option<i64>,
+) -> Result<super::common::Total, DbErr> {
+    use super::common::Total;
+    let Some((first, last, exact)) = revenue_bands_within(min, max) else {
+        return Ok(Total {
+            count: 0,
+            exact: false,
+        });
+    };
+    let column = |name: &str| Expr::col(Alias::new(name));
+    let mut query = Query::select();
+    query
+        .expr_as(
+            Expr::cust("CAST(COALESCE(SUM(n), 0) AS BIGINT)"),
+            Alias::new("total"),
+        )
+        .from(Alias::new("record_counts"))
+        .and_where(column("organization_id").eq(organization_id))
+        .and_where(column("record").eq("customer_revenue"))
+        .and_where(column("bucket").gte(first))
+        // `;` sorts right after the `:` that ends each label.
+        .and_where(column("bucket").lt(format!("{last};")));
+    if let Some(status) = billing_status {
+        // The status follows the three-character label and its `:`.
+        let status_of_bucket = sea_orm::sea_query::Func::cust(Alias::new("substr"))
+            .arg(column("bucket"))
+            .arg(5);
+        query.and_where(Expr::expr(status_of_bucket).eq(status));
+    }
+    let backend = db.get_database_backend();
+    let total: i64 = match db.query_one_raw(backend.build(&query)).await? {
+        Some(row) => row.try_get("", "total")?,
+        None => 0,
+    };
+    Ok(Total {
+        count: u64::try_from(total).unwrap_or(0),
+        exact,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The band of an amount as the migration's triggers write it.
+    fn label(amount: i64) -> String {
+        if amount < 0 {
+            return "000".into();
+        }
+        let text = amount.to_string();
+        format!("{:02}{}", text.len(), &text[..1])
+    }
+
+    #[test]
+    fn bands_follow_the_triggers_labels_in_order() {
+        let bands = revenue_bands();
+        for pair in bands.windows(2) {
+            assert!(pair[0].0 < pair[1].0, "{pair:?}");
+            assert_eq!(pair[0].2, pair[1].1, "the bands meet: {pair:?}");
+        }
+        for amount in [
+            -5,
+            0,
+            1,
+            9,
+            10,
+            19,
+            20,
+            99,
+            100,
+            49_999,
+            50_000,
+            59_999,
+            999_999_999,
+            1_000_000_000,
+            i64::MAX,
+        ] {
+            let (name, low, high) = bands
+                .iter()
+                .find(|(_, low, high)| (*low..*high).contains(&i128::from(amount)))
+                .unwrap();
+            assert_eq!(*name, label(amount), "{amount} in [{low}, {high})");
+        }
+        assert_eq!(bands.last().unwrap().2 - 1, i128::from(i64::MAX));
+    }
+
+    #[test]
+    fn a_range_sums_the_bands_wholly_within_it() {
+        let within = |min, max| revenue_bands_within(min, max);
+        assert_eq!(
+            within(Some(50_000), None),
+            Some(("055".into(), "199".into(), true))
+        );
+        assert_eq!(within(None, None), Some(("000".into(), "199".into(), true)));
+        assert_eq!(
+            within(Some(0), Some(0)),
+            Some(("010".into(), "010".into(), true))
+        );
+        assert_eq!(
+            within(Some(150_000), None),
+            Some(("062".into(), "199".into(), false)),
+            "150,000 lies within the band from 100,000"
+        );
+        assert_eq!(
+            within(Some(10_000), Some(29_999)),
+            Some(("051".into(), "052".into(), true))
+        );
+        assert_eq!(
+            within(Some(10_000), Some(30_000)),
+            Some(("051".into(), "052".into(), false))
+        );
+        assert_eq!(within(Some(150_000), Some(170_000)), None);
+        assert_eq!(within(Some(5), Some(4)), None);
+    }
 }

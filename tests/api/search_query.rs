@@ -1245,3 +1245,144 @@ db_test!(
         assert!(all > 0);
     }
 );
+
+// Customers per billing status and revenue band, and per trait value, are kept by triggers
+// from concurrent writers (made, moved across bands, statuses and traits, deleted) in two
+// organizations; revenue lists read their totals from them, exactly on the bands' edges, and
+// count the matches off them; a trait value alone reads its total from them.
+db_test!(
+    kept_revenue_and_trait_totals_agree_with_counts,
+    |app: TestApp| async move {
+        let mine = app.org("Kept Revenue Co").await.organization_id;
+        let theirs = app.org("Other Revenue Co").await.organization_id;
+        let statuses = [
+            BillingStatus::Paying,
+            BillingStatus::Trialing,
+            BillingStatus::Churned,
+        ];
+        let amounts = [
+            0, 1, 9, 10, 99, 100, 1_999, 2_000, 49_999, 50_000, 120_000, 1_000_000,
+        ];
+        let app = &app;
+        let writers = (0..48usize).map(|n| {
+            let org = if n % 4 == 0 {
+                theirs.clone()
+            } else {
+                mine.clone()
+            };
+            async move {
+                let id = add_customer(
+                    app,
+                    &org,
+                    "Acme",
+                    &format!("c{n}.example"),
+                    statuses[n % 3],
+                    amounts[n % amounts.len()],
+                )
+                .await;
+                if n % 3 == 1 {
+                    customer::ActiveModel {
+                        id: Set(id.clone()),
+                        mrr_cents: Set(amounts[(n * 7 + 3) % amounts.len()]),
+                        billing_status: Set(statuses[(n + 1) % 3]),
+                        traits: Set(json!({"plan": "team", "beta": n % 2 == 0, "seats": 3})),
+                        ..Default::default()
+                    }
+                    .update(&app.db)
+                    .await
+                    .expect("update");
+                }
+                if n % 5 == 2 {
+                    customer::Entity::delete_by_id(id)
+                        .exec(&app.db)
+                        .await
+                        .expect("delete");
+                }
+            }
+        });
+        futures_util::future::join_all(writers).await;
+
+        let ranges = [
+            (Some(0), None),
+            (Some(1), None),
+            (Some(10), Some(99)),
+            (Some(2_000), Some(49_999)),
+            (Some(50_000), None),
+            (None, Some(9)),
+            (Some(5), Some(120_000)),
+            (Some(101), None),
+        ];
+        for (min, max) in ranges {
+            for status in [
+                None,
+                Some(BillingStatus::Paying),
+                Some(BillingStatus::Churned),
+            ] {
+                let mut counted =
+                    customer::Entity::find().filter(customer::Column::OrganizationId.eq(&mine));
+                if let Some(min) = min {
+                    counted = counted.filter(customer::Column::MrrCents.gte(min));
+                }
+                if let Some(max) = max {
+                    counted = counted.filter(customer::Column::MrrCents.lte(max));
+                }
+                if let Some(status) = status {
+                    counted = counted.filter(customer::Column::BillingStatus.eq(status));
+                }
+                let counted = counted.count(&app.db).await.expect("count");
+                let mut input = json!({ "limit": 1 });
+                if let Some(min) = min {
+                    input["minMrrCents"] = json!(min);
+                }
+                if let Some(max) = max {
+                    input["maxMrrCents"] = json!(max);
+                }
+                if let Some(status) = status {
+                    input["billingStatus"] = json!(status.as_str());
+                }
+                let page = custintel::tools::call(
+                    ctx(app, &mine),
+                    "svc_list_customers",
+                    Some(input.clone()),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{input}: {e:?}"));
+                assert_eq!(
+                    page["pagination"]["total"],
+                    json!(counted),
+                    "{input}: {page}"
+                );
+                assert_eq!(page["pagination"]["totalExact"], json!(true), "{input}");
+            }
+        }
+        // Trait values: the customers' triggers keep `trait_values`, whose own triggers count.
+        let customers = customer::Entity::find()
+            .filter(customer::Column::OrganizationId.eq(&mine))
+            .all(&app.db)
+            .await
+            .expect("customers");
+        for (key, value) in [
+            ("plan", json!("pro")),
+            ("plan", json!("team")),
+            ("beta", json!(true)),
+            ("beta", json!(false)),
+            ("plan", json!("none")),
+        ] {
+            let counted = customers
+                .iter()
+                .filter(|c| c.traits.get(key) == Some(&value))
+                .count();
+            let input = json!({ "traits": { key: value }, "limit": 1 });
+            let page =
+                custintel::tools::call(ctx(app, &mine), "svc_list_customers", Some(input.clone()))
+                    .await
+                    .unwrap_or_else(|e| panic!("{input}: {e:?}"));
+            assert_eq!(
+                page["pagination"]["total"],
+                json!(counted),
+                "{input}: {page}"
+            );
+            assert_eq!(page["pagination"]["totalExact"], json!(true), "{input}");
+        }
+    }
+);

@@ -579,7 +579,8 @@ db_test!(get_customer, |app: TestApp| async move {
 });
 
 // Each section of a customer holds at most its bound and says how many there are in all; a
-// list whose filter matches more than 10,000 rows says its total is a lower bound.
+// list whose filter matches more than 10,000 rows says its total is a lower bound, unless a
+// kept count knows it.
 db_test!(
     sections_are_bounded_and_totals_capped,
     |app: TestApp| async move {
@@ -684,9 +685,25 @@ db_test!(
         .await;
         assert_eq!(r.body["pagination"]["total"], 10_051);
         assert_eq!(r.body["pagination"]["totalExact"], true);
+        // A revenue range on the kept revenue bands' edges (a first digit and zeros: 1, 2, ...,
+        // 9, 10, 20, ..., 90, 100, 200, ... cents) is counted exactly by them, however large.
         let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 1})).await;
+        assert_eq!(r.body["pagination"]["total"], 10_051);
+        assert_eq!(r.body["pagination"]["totalExact"], true);
+        let r = tool(
+            &app,
+            k,
+            "svc_list_customers",
+            json!({"minMrrCents": 1_000, "maxMrrCents": 9_999, "billingStatus": "PAYING"}),
+        )
+        .await;
+        assert_eq!(r.body["pagination"]["total"], 9_000);
+        assert_eq!(r.body["pagination"]["totalExact"], true);
+        // Off their edges, the bands wholly within the range are a lower bound: past 10,000
+        // it is the total, not exact; within it, the matches are counted to 10,001.
+        let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 15})).await;
         assert_eq!(
-            r.body["pagination"]["total"], 10_000,
+            r.body["pagination"]["total"], 10_051,
             "{}",
             r.body["pagination"]
         );
@@ -699,13 +716,20 @@ db_test!(
             &app,
             k,
             "svc_list_customers",
-            json!({"minMrrCents": 1, "cursor": next}),
+            json!({"minMrrCents": 15, "cursor": next}),
         )
         .await;
         assert_eq!(
             r.body["pagination"]["totalExact"], false,
             "the first page's total travels on"
         );
+        let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 1_001})).await;
+        assert_eq!(
+            r.body["pagination"]["total"], 10_000,
+            "{}",
+            r.body["pagination"]
+        );
+        assert_eq!(r.body["pagination"]["totalExact"], false);
         let r = tool(
             &app,
             k,
@@ -715,7 +739,7 @@ db_test!(
         .await;
         assert_eq!(r.body["pagination"]["total"], 50);
         assert_eq!(r.body["pagination"]["totalExact"], true);
-        // A trait value alone is counted in the trait index, up to the exact-total limit.
+        // A trait value alone takes its exact total from the kept trait value counts.
         let r = tool(
             &app,
             k,
@@ -724,11 +748,11 @@ db_test!(
         )
         .await;
         assert_eq!(
-            r.body["pagination"]["total"], 10_000,
+            r.body["pagination"]["total"], 10_051,
             "{}",
             r.body["pagination"]
         );
-        assert_eq!(r.body["pagination"]["totalExact"], false);
+        assert_eq!(r.body["pagination"]["totalExact"], true);
         assert_eq!(r.body["items"].as_array().unwrap().len(), 50);
         // With another filter, the trait is checked candidate by candidate: past 5,000
         // candidates, the total counts the matches among the first 1,000.

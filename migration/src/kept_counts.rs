@@ -1,0 +1,156 @@
+//! Counts per bucket kept in `record_counts` by triggers, shared by the migrations that add
+//! them: a row's bucket is an expression of the row (`{row}` standing for it), and a change
+//! of `columns` (or of the organization) moves the row from one bucket to another.
+//!
+//! On PostgreSQL each backend counts in rows of its own (`shard` = `pg_backend_pid()`),
+//! summed by readers and folded later; SQLite keeps one row per bucket.
+
+use sea_orm_migration::sea_orm::DbBackend;
+
+/// One kept count: `record` names its rows in `record_counts` (and its triggers), `table` is
+/// what it counts.
+pub struct KeptCount {
+    pub record: &'static str,
+    pub table: &'static str,
+    /// The bucket as an expression of a row, `{row}` standing for the row.
+    pub bucket: &'static str,
+    /// The columns whose change moves a row to another bucket, `, `-separated.
+    pub columns: &'static str,
+}
+
+impl KeptCount {
+    fn bucket_of(&self, row: &str) -> String {
+        self.bucket.replace("{row}", row)
+    }
+
+    /// The counts of the rows already there, written in the migration's transaction.
+    pub fn backfill(&self, backend: DbBackend) -> String {
+        let (shard, shard_value) = if backend == DbBackend::Postgres {
+            (", shard", ", 0")
+        } else {
+            ("", "")
+        };
+        let Self { record, table, .. } = self;
+        let counted = self.bucket_of(table);
+        format!(
+            "INSERT INTO record_counts (organization_id, record, bucket{shard}, n, amount) \
+             SELECT organization_id, '{record}', {counted}{shard_value}, COUNT(*), 0 FROM {table} \
+             GROUP BY organization_id, {counted}"
+        )
+    }
+
+    /// `condition` (`{c}` standing for a column) for the organization and each bucket
+    /// column, joined by `joiner`.
+    fn each_bucket_column(&self, condition: &str, joiner: &str) -> String {
+        std::iter::once("organization_id")
+            .chain(self.columns.split(", "))
+            .map(|c| condition.replace("{c}", c))
+            .collect::<Vec<_>>()
+            .join(joiner)
+    }
+
+    /// The statements that make the triggers.
+    pub fn create(&self, backend: DbBackend) -> Vec<String> {
+        if backend == DbBackend::Postgres {
+            self.postgres()
+        } else {
+            self.sqlite()
+        }
+    }
+
+    /// The statements that drop the triggers and the counts.
+    pub fn drop(&self, backend: DbBackend) -> Vec<String> {
+        let Self { record, table, .. } = self;
+        let mut statements = if backend == DbBackend::Postgres {
+            vec![
+                format!("DROP TRIGGER IF EXISTS {record}_count ON {table}"),
+                format!("DROP FUNCTION IF EXISTS {record}_count()"),
+            ]
+        } else {
+            ["insert", "delete", "update"]
+                .iter()
+                .map(|suffix| format!("DROP TRIGGER IF EXISTS {record}_count_{suffix}"))
+                .collect()
+        };
+        statements.push(format!(
+            "DELETE FROM record_counts WHERE record = '{record}'"
+        ));
+        statements
+    }
+
+    fn sqlite(&self) -> Vec<String> {
+        let Self {
+            record,
+            table,
+            columns,
+            ..
+        } = self;
+        let change = |row: &str, sign: i64| {
+            format!(
+                "INSERT INTO record_counts (organization_id, record, bucket, n, amount) \
+                 VALUES ({row}.organization_id, '{record}', {}, {sign}, 0) \
+                 ON CONFLICT (organization_id, record, bucket) DO UPDATE SET n = n + excluded.n;",
+                self.bucket_of(row)
+            )
+        };
+        let moved = self.each_bucket_column("old.{c} IS NOT new.{c}", " OR ");
+        vec![
+            format!(
+                "CREATE TRIGGER {record}_count_insert AFTER INSERT ON {table} BEGIN {} END",
+                change("new", 1)
+            ),
+            format!(
+                "CREATE TRIGGER {record}_count_delete AFTER DELETE ON {table} BEGIN {} END",
+                change("old", -1)
+            ),
+            format!(
+                "CREATE TRIGGER {record}_count_update AFTER UPDATE OF organization_id, {columns} \
+                 ON {table} WHEN {moved} BEGIN {} {} END",
+                change("old", -1),
+                change("new", 1)
+            ),
+        ]
+    }
+
+    fn postgres(&self) -> Vec<String> {
+        let Self {
+            record,
+            table,
+            columns,
+            ..
+        } = self;
+        let change = |row: &str, sign: &str| {
+            format!(
+                "INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount) \
+                 VALUES ({row}.organization_id, '{record}', {}, pg_backend_pid(), {sign}1, 0) \
+                 ON CONFLICT (organization_id, record, bucket, shard) DO UPDATE \
+                 SET n = record_counts.n + excluded.n;",
+                self.bucket_of(row)
+            )
+        };
+        let unmoved = self.each_bucket_column("OLD.{c} IS NOT DISTINCT FROM NEW.{c}", " AND ");
+        let function = format!(
+            "CREATE OR REPLACE FUNCTION {record}_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND {unmoved} THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        {}
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        {}
+    END IF;
+    RETURN NULL;
+END $$",
+            change("OLD", "-"),
+            change("NEW", "")
+        );
+        let trigger = format!(
+            "CREATE TRIGGER {record}_count AFTER INSERT OR DELETE OR \
+             UPDATE OF organization_id, {columns} ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION {record}_count()"
+        );
+        vec![function, trigger]
+    }
+}
