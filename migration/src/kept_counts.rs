@@ -154,3 +154,65 @@ END $$",
         vec![function, trigger]
     }
 }
+
+/// PostgreSQL: the rows a statement inserts or deletes counted once per bucket, by triggers
+/// `FOR EACH STATEMENT` over the statement's transition table (`inserted` / `deleted`),
+/// instead of one upsert of a counter row per row. Updates stay with the row trigger
+/// `{record}_count` (made UPDATE-only here), which moves a changed row between buckets. The
+/// counted rows' `amount` (an expression of the row, `{row}` standing for it) is summed.
+pub fn postgres_per_statement(
+    record: &str,
+    table: &str,
+    bucket: &str,
+    amount: &str,
+    columns: &str,
+) -> Vec<String> {
+    let mut statements = vec![
+        format!("DROP TRIGGER IF EXISTS {record}_count ON {table}"),
+        format!(
+            "CREATE TRIGGER {record}_count AFTER UPDATE OF organization_id, {columns} \
+             ON {table} FOR EACH ROW EXECUTE FUNCTION {record}_count()"
+        ),
+    ];
+    for (event, alias, sign) in [("INSERT", "inserted", ""), ("DELETE", "deleted", "-")] {
+        let counted_bucket = bucket.replace("{row}", alias);
+        let counted_amount = amount.replace("{row}", alias);
+        statements.push(format!(
+            "CREATE OR REPLACE FUNCTION {record}_count_{alias}() RETURNS trigger \
+             LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount)
+    SELECT organization_id, '{record}', {counted_bucket}, pg_backend_pid(), {sign}COUNT(*),
+           {sign}CAST(COALESCE(SUM({counted_amount}), 0) AS BIGINT)
+    FROM {alias} GROUP BY 1, 3
+    ON CONFLICT (organization_id, record, bucket, shard) DO UPDATE
+    SET n = record_counts.n + excluded.n, amount = record_counts.amount + excluded.amount;
+    RETURN NULL;
+END $$"
+        ));
+        let transition = if event == "INSERT" { "NEW" } else { "OLD" };
+        statements.push(format!(
+            "CREATE TRIGGER {record}_count_{alias} AFTER {event} ON {table} \
+             REFERENCING {transition} TABLE AS {alias} FOR EACH STATEMENT \
+             EXECUTE FUNCTION {record}_count_{alias}()"
+        ));
+    }
+    statements
+}
+
+/// Undoes [`postgres_per_statement`]: the row trigger counts every change again.
+pub fn postgres_per_row(record: &str, table: &str, columns: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    for alias in ["inserted", "deleted"] {
+        statements.push(format!(
+            "DROP TRIGGER IF EXISTS {record}_count_{alias} ON {table}"
+        ));
+        statements.push(format!("DROP FUNCTION IF EXISTS {record}_count_{alias}()"));
+    }
+    statements.push(format!("DROP TRIGGER IF EXISTS {record}_count ON {table}"));
+    statements.push(format!(
+        "CREATE TRIGGER {record}_count AFTER INSERT OR DELETE OR UPDATE OF organization_id, \
+         {columns} ON {table} FOR EACH ROW EXECUTE FUNCTION {record}_count()"
+    ));
+    statements
+}

@@ -34,6 +34,7 @@ mod m20261128_020000_message_claims_by_time;
 mod m20261128_030000_source_fact_counts;
 mod m20261128_040000_customer_revenue_counts;
 mod m20261128_050000_trait_value_counts;
+mod m20261128_060000_counts_per_statement;
 
 pub struct Migrator;
 
@@ -73,6 +74,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_030000_source_fact_counts::Migration),
             Box::new(m20261128_040000_customer_revenue_counts::Migration),
             Box::new(m20261128_050000_trait_value_counts::Migration),
+            Box::new(m20261128_060000_counts_per_statement::Migration),
         ]
     }
 }

@@ -100,7 +100,7 @@ fn sqlite_statements(table: &str) -> Vec<String> {
 }
 
 /// PostgreSQL: the indexed `(key, value)` pairs of a jsonb object `traits`.
-fn postgres_pairs(traits: &str) -> String {
+pub(crate) fn postgres_pairs(traits: &str) -> String {
     format!(
         "SELECT j.key AS trait_key, CASE jsonb_typeof(j.value) \
          WHEN 'string' THEN 's:' || (j.value #>> '{{}}') ELSE 'b:' || j.value::text END \

@@ -16,7 +16,7 @@ use crate::kept_counts::KeptCount;
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const COUNTED: [KeptCount; 2] = [
+pub(crate) const COUNTED: [KeptCount; 2] = [
     KeptCount {
         record: "sources",
         table: "sources",

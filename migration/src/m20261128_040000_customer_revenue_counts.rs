@@ -17,7 +17,7 @@ use crate::kept_counts::KeptCount;
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const REVENUE_BANDS: KeptCount = KeptCount {
+pub(crate) const REVENUE_BANDS: KeptCount = KeptCount {
     record: "customer_revenue",
     table: "customers",
     bucket: "CASE WHEN {row}.mrr_cents < 0 THEN '000' \

@@ -15,7 +15,7 @@ use crate::kept_counts::KeptCount;
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const TRAIT_VALUES: KeptCount = KeptCount {
+pub(crate) const TRAIT_VALUES: KeptCount = KeptCount {
     record: "trait_values",
     table: "trait_values",
     bucket: "{row}.record || ':' || CAST(length({row}.trait_key) AS TEXT) || ':' \

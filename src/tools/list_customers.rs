@@ -122,7 +122,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     // once past the limit at hand, makes the count unneeded.
     let narrow_revenue = match (&rare_trait, &revenue) {
         (None, Some(revenue)) if !named => {
-            let kept = record_counts::customers_in_revenue_range(
+            let (count, exact) = record_counts::customers_in_revenue_range(
                 ctx.db().await?,
                 &ctx.organization_id,
                 input.billing_status.map(BillingStatus::as_str),
@@ -130,6 +130,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 revenue.max,
             )
             .await?;
+            let kept = Total { count, exact };
             let served = filter.clone().add(revenue.indexed());
             let matches = if revenue_alone {
                 if kept.exact || kept.count > EXACT_TOTAL_LIMIT {

@@ -197,21 +197,17 @@ fn revenue_bands_within(min: Option<i64>, max: Option<i64>) -> Option<(String, S
 }
 
 /// Customers with a revenue in `[min, max]` (and `billing_status`), from the kept revenue
-/// bands: exact when the range starts and ends on band edges, a lower bound otherwise (the
-/// bands wholly within it).
+/// bands, and whether that is exact: it is when the range starts and ends on band edges, and
+/// otherwise a lower bound (the bands wholly within the range).
 pub async fn customers_in_revenue_range<C: ConnectionTrait>(
     db: &C,
     organization_id: &str,
     billing_status: Option<&str>,
     min: Option<i64>,
     max: Option<i64>,
-) -> Result<super::common::Total, DbErr> {
-    use super::common::Total;
+) -> Result<(u64, bool), DbErr> {
     let Some((first, last, exact)) = revenue_bands_within(min, max) else {
-        return Ok(Total {
-            count: 0,
-            exact: false,
-        });
+        return Ok((0, false));
     };
     let column = |name: &str| Expr::col(Alias::new(name));
     let mut query = Query::select();
@@ -238,10 +234,7 @@ pub async fn customers_in_revenue_range<C: ConnectionTrait>(
         Some(row) => row.try_get("", "total")?,
         None => 0,
     };
-    Ok(Total {
-        count: u64::try_from(total).unwrap_or(0),
-        exact,
-    })
+    Ok((u64::try_from(total).unwrap_or(0), exact))
 }
 
 #[cfg(test)]
