@@ -5,7 +5,8 @@
 //! On PostgreSQL each backend counts in rows of its own (`shard` = `pg_backend_pid()`),
 //! summed by readers and folded later; SQLite keeps one row per bucket.
 
-use sea_orm_migration::sea_orm::DbBackend;
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 /// One kept count: `record` names its rows in `record_counts` (and its triggers), `table` is
 /// what it counts.
@@ -19,6 +20,28 @@ pub struct KeptCount {
 }
 
 impl KeptCount {
+    /// Makes the triggers and writes the counts of the rows already there, in the
+    /// migration's transaction (which the migration asks for), so that no write falls
+    /// between the two.
+    pub async fn up(&self, manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        let backend = manager.get_database_backend();
+        for statement in self.create(backend) {
+            db.execute_unprepared(&statement).await?;
+        }
+        db.execute_unprepared(&self.backfill(backend)).await?;
+        Ok(())
+    }
+
+    /// Drops the triggers and the counts.
+    pub async fn down(&self, manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        for statement in self.drop(manager.get_database_backend()) {
+            db.execute_unprepared(&statement).await?;
+        }
+        Ok(())
+    }
+
     fn bucket_of(&self, row: &str) -> String {
         self.bucket.replace("{row}", row)
     }

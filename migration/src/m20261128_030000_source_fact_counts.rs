@@ -9,8 +9,6 @@
 
 use sea_orm_migration::prelude::*;
 
-use sea_orm_migration::sea_orm::ConnectionTrait;
-
 use crate::kept_counts::KeptCount;
 
 #[derive(DeriveMigrationName)]
@@ -40,26 +38,15 @@ impl MigrationTrait for Migration {
     }
 
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
         for counted in &COUNTED {
-            for statement in counted.create(backend) {
-                db.execute_unprepared(&statement).await?;
-            }
-            // In the migration's transaction: no write of the table falls between the
-            // triggers and these counts.
-            db.execute_unprepared(&counted.backfill(backend)).await?;
+            counted.up(manager).await?;
         }
         Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
         for counted in &COUNTED {
-            for statement in counted.drop(backend) {
-                db.execute_unprepared(&statement).await?;
-            }
+            counted.down(manager).await?;
         }
         Ok(())
     }

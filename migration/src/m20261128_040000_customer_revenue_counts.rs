@@ -10,7 +10,6 @@
 //! computes the bands' edges from this layout (`custintel::tools::record_counts`).
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::ConnectionTrait;
 
 use crate::kept_counts::KeptCount;
 
@@ -36,21 +35,10 @@ impl MigrationTrait for Migration {
     }
 
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
-        for statement in REVENUE_BANDS.create(backend) {
-            db.execute_unprepared(&statement).await?;
-        }
-        db.execute_unprepared(&REVENUE_BANDS.backfill(backend))
-            .await?;
-        Ok(())
+        REVENUE_BANDS.up(manager).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        for statement in REVENUE_BANDS.drop(manager.get_database_backend()) {
-            db.execute_unprepared(&statement).await?;
-        }
-        Ok(())
+        REVENUE_BANDS.down(manager).await
     }
 }

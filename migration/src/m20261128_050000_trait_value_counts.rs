@@ -8,7 +8,6 @@
 //! counting up to 10,001 index entries per value.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::ConnectionTrait;
 
 use crate::kept_counts::KeptCount;
 
@@ -32,21 +31,10 @@ impl MigrationTrait for Migration {
     }
 
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
-        for statement in TRAIT_VALUES.create(backend) {
-            db.execute_unprepared(&statement).await?;
-        }
-        db.execute_unprepared(&TRAIT_VALUES.backfill(backend))
-            .await?;
-        Ok(())
+        TRAIT_VALUES.up(manager).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        for statement in TRAIT_VALUES.drop(manager.get_database_backend()) {
-            db.execute_unprepared(&statement).await?;
-        }
-        Ok(())
+        TRAIT_VALUES.down(manager).await
     }
 }

@@ -30,9 +30,18 @@ pub async fn read<C: ConnectionTrait>(
     organization_id: &str,
     kept: &KeptTotal,
 ) -> Result<u64, DbErr> {
-    let query = total_query(organization_id, kept);
-    let backend = db.get_database_backend();
-    let total: i64 = match db.query_one_raw(backend.build(&query)).await? {
+    read_sum(db, &total_query(organization_id, kept)).await
+}
+
+/// The `total` a [`sum_of_counts`] query reads.
+async fn read_sum<C: ConnectionTrait>(
+    db: &C,
+    query: &sea_orm::sea_query::SelectStatement,
+) -> Result<u64, DbErr> {
+    let total: i64 = match db
+        .query_one_raw(db.get_database_backend().build(query))
+        .await?
+    {
         Some(row) => row.try_get("", "total")?,
         None => 0,
     };
@@ -49,6 +58,16 @@ pub fn total_expr(organization_id: &str, kept: &KeptTotal) -> Expr {
 }
 
 fn total_query(organization_id: &str, kept: &KeptTotal) -> sea_orm::sea_query::SelectStatement {
+    let mut query = sum_of_counts(organization_id, kept.record);
+    if let Some(buckets) = &kept.buckets {
+        query.and_where(Expr::col(Alias::new("bucket")).is_in(buckets.iter().map(String::as_str)));
+    }
+    query
+}
+
+/// `total`: the organization's counts of `record` summed, for the caller to narrow to some
+/// buckets (and group by them).
+fn sum_of_counts(organization_id: &str, record: &str) -> sea_orm::sea_query::SelectStatement {
     let column = |name: &str| Expr::col(Alias::new(name));
     let mut query = Query::select();
     query
@@ -58,10 +77,7 @@ fn total_query(organization_id: &str, kept: &KeptTotal) -> sea_orm::sea_query::S
         )
         .from(Alias::new("record_counts"))
         .and_where(column("organization_id").eq(organization_id))
-        .and_where(column("record").eq(kept.record));
-    if let Some(buckets) = &kept.buckets {
-        query.and_where(column("bucket").is_in(buckets.iter().map(String::as_str)));
-    }
+        .and_where(column("record").eq(record));
     query
 }
 
@@ -134,18 +150,10 @@ pub async fn trait_value_counts<'a, C: ConnectionTrait>(
     if buckets.is_empty() {
         return Ok(Vec::new());
     }
-    let column = |name: &str| Expr::col(Alias::new(name));
-    let mut query = Query::select();
+    let mut query = sum_of_counts(organization_id, "trait_values");
     query
         .column(Alias::new("bucket"))
-        .expr_as(
-            Expr::cust("CAST(COALESCE(SUM(n), 0) AS BIGINT)"),
-            Alias::new("total"),
-        )
-        .from(Alias::new("record_counts"))
-        .and_where(column("organization_id").eq(organization_id))
-        .and_where(column("record").eq("trait_values"))
-        .and_where(column("bucket").is_in(buckets.iter().map(String::as_str)))
+        .and_where(Expr::col(Alias::new("bucket")).is_in(buckets.iter().map(String::as_str)))
         .group_by_col(Alias::new("bucket"));
     let backend = db.get_database_backend();
     let mut counted = std::collections::HashMap::new();
@@ -210,15 +218,8 @@ pub async fn customers_in_revenue_range<C: ConnectionTrait>(
         return Ok((0, false));
     };
     let column = |name: &str| Expr::col(Alias::new(name));
-    let mut query = Query::select();
+    let mut query = sum_of_counts(organization_id, "customer_revenue");
     query
-        .expr_as(
-            Expr::cust("CAST(COALESCE(SUM(n), 0) AS BIGINT)"),
-            Alias::new("total"),
-        )
-        .from(Alias::new("record_counts"))
-        .and_where(column("organization_id").eq(organization_id))
-        .and_where(column("record").eq("customer_revenue"))
         .and_where(column("bucket").gte(first))
         // `;` sorts right after the `:` that ends each label.
         .and_where(column("bucket").lt(format!("{last};")));
@@ -229,12 +230,7 @@ pub async fn customers_in_revenue_range<C: ConnectionTrait>(
             .arg(5);
         query.and_where(Expr::expr(status_of_bucket).eq(status));
     }
-    let backend = db.get_database_backend();
-    let total: i64 = match db.query_one_raw(backend.build(&query)).await? {
-        Some(row) => row.try_get("", "total")?,
-        None => 0,
-    };
-    Ok((u64::try_from(total).unwrap_or(0), exact))
+    Ok((read_sum(db, &query).await?, exact))
 }
 
 #[cfg(test)]
