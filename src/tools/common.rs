@@ -276,7 +276,7 @@ where
     count_of(db, count_up_to_expr(select, cap)).await
 }
 
-/// The value of a count expression (a [`count_up_to_expr`], or a sum of them) read in a
+/// The value of a count expression (a [`count_up_to_expr`], or another scalar count) read in a
 /// statement of its own.
 pub async fn count_of<C: sea_orm::ConnectionTrait>(
     db: &C,

@@ -790,6 +790,79 @@ db_test!(
         )
         .await;
         assert_eq!(r.body["pagination"]["total"], 2);
+
+        // The timeline counts its channels together up to 10,000: 6,000 events and 3,000
+        // sources are 9,000 exactly, 2,500 sources more make it a lower bound.
+        for chunk in 0..6 {
+            let events = (0..1_000).map(|i| entity::event::ActiveModel {
+                id: Set(uuid::Uuid::new_v4().to_string()),
+                organization_id: Set(org.organization_id.clone()),
+                message_id: Set(None),
+                event_type: Set("pageview".into()),
+                event_name: Set(None),
+                visitor_id: Set(None),
+                user_id: Set(None),
+                customer_id: Set(Some(whale.id.clone())),
+                url: Set("https://app.example.com/".into()),
+                path: Set("/".into()),
+                occurred_at: Set(now - Duration::minutes(chunk * 1_000 + i)),
+                received_at: Set(now),
+                data: Set(json!({})),
+            });
+            entity::event::Entity::insert_many(events)
+                .exec(&app.db)
+                .await
+                .expect("events");
+        }
+        let sources = |from: usize, to: usize| {
+            (from..to)
+                .map(|s| {
+                    json!({"kind": "source", "sourceType": "CALL", "sourceId": format!("call_{s}"),
+                        "customer": "whale.com", "title": "Call", "body": "notes",
+                        "occurredAt": ago((s % 20) as i64)})
+                    .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let timeline_total = || async {
+            let r = tool(
+                &app,
+                k,
+                "svc_get_timeline",
+                json!({"customer": "whale.com"}),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            let customer = tool(
+                &app,
+                k,
+                "svc_get_customer",
+                json!({"customer": "whale.com", "include": ["recentTimeline"]}),
+            )
+            .await;
+            assert_eq!(
+                customer.body["includeTotals"]["recentTimeline"],
+                r.body["pagination"]["total"]
+            );
+            assert_eq!(
+                customer.body["includeTotalsExact"]["recentTimeline"],
+                r.body["pagination"]["totalExact"]
+            );
+            r.body["pagination"].clone()
+        };
+        import::import_text(&app.db, &org.organization_id, &sources(0, 3_000))
+            .await
+            .expect("import");
+        let pagination = timeline_total().await;
+        assert_eq!(pagination["total"], 9_000, "{pagination}");
+        assert_eq!(pagination["totalExact"], true);
+        import::import_text(&app.db, &org.organization_id, &sources(3_000, 5_500))
+            .await
+            .expect("import");
+        let pagination = timeline_total().await;
+        assert_eq!(pagination["total"], 10_000, "{pagination}");
+        assert_eq!(pagination["totalExact"], false);
     }
 );
 
