@@ -4,6 +4,9 @@
 //!
 //! On PostgreSQL each backend counts in rows of its own (`shard` = `pg_backend_pid()`),
 //! summed by readers and folded later; SQLite keeps one row per bucket.
+//!
+//! Migrations already applied build their SQL here, and a fresh database runs them again:
+//! change what a function writes only by adding a new one, never in place.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
