@@ -177,7 +177,16 @@ where
             None => {}
         }
         if range.is_split() {
-            // Two ranges of the activity index, counted at once.
+            if counted_residual.is_none() {
+                // Two ranges of the activity index in one count, which stops reading once the
+                // active rows reach the limit.
+                let parts = vec![
+                    common::rows_of(E::find().filter(counted_active)),
+                    common::rows_of(E::find().filter(counted_never)),
+                ];
+                return common::count_capped_parts(db, parts).await;
+            }
+            // Each range's candidates examined, at once.
             let (a, n) = tokio::try_join!(count(counted_active), count(counted_never))?;
             Ok(a.plus(n))
         } else {

@@ -263,6 +263,37 @@ where
     })
 }
 
+/// The rows `select` matches, as rows of `1`: a part of [`count_capped_parts`].
+pub fn rows_of<E: EntityTrait>(select: sea_orm::Select<E>) -> sea_orm::sea_query::SelectStatement {
+    use sea_orm::{QuerySelect, QueryTrait};
+    select.select_only().expr(Expr::val(1)).into_query()
+}
+
+/// Counts the rows of `parts` ([`rows_of`]) together, up to one past [`EXACT_TOTAL_LIMIT`], in
+/// one statement: a `UNION ALL` under one `LIMIT`, whose parts both databases read in turn,
+/// stopping at the limit, so a part after one that reaches it is not read at all (where
+/// counting each part up to the limit and adding read them all). Put the largest part first.
+pub async fn count_capped_parts<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    parts: Vec<sea_orm::sea_query::SelectStatement>,
+) -> Result<Total, sea_orm::DbErr> {
+    use sea_orm::sea_query::{Alias, Query, QueryStatementBuilder, UnionType};
+    let mut parts = parts.into_iter();
+    let Some(mut rows) = parts.next() else {
+        return Ok(Total::exact(0));
+    };
+    for part in parts {
+        rows.union(UnionType::All, part);
+    }
+    rows.limit(EXACT_TOTAL_LIMIT + 1);
+    let count = Query::select()
+        .expr(Expr::cust("COUNT(*)"))
+        .from_subquery(rows, Alias::new("counted"))
+        .to_owned();
+    let count = Expr::SubQuery(None, Box::new(count.into_sub_query_statement()));
+    Ok(Total::capped(count_of(db, count).await?))
+}
+
 /// Counts the rows `select` matches, stopping at `cap`.
 pub async fn count_up_to<E, C>(
     db: &C,

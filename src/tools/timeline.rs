@@ -7,7 +7,7 @@ use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrde
 use serde_json::{json, Value};
 
 use super::{
-    common::{count_of, key_time, Total, EXACT_TOTAL_LIMIT},
+    common::{count_capped_parts, key_time, rows_of, Total},
     records, ToolContext, ToolResult,
 };
 
@@ -129,47 +129,24 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
 
 /// Entries in the whole window, counted up to the exact-count limit over all channels.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
-    use sea_orm::{
-        sea_query::{Alias, Expr, Query, QueryStatementBuilder, SelectStatement, UnionType},
-        QueryTrait,
-    };
-    // Each channel's entries as rows of `1`, busiest channel first.
-    fn ones<E: EntityTrait>(select: sea_orm::Select<E>) -> SelectStatement {
-        select.select_only().expr(Expr::val(1)).into_query()
-    }
+    // The channels counted together in one statement (a round trip each was most of their
+    // cost on PostgreSQL), busiest first: once it reaches the limit, the others are not read.
     let mut parts = Vec::new();
     if w.channels.product {
-        parts.push(ones(event::Entity::find().filter(event_filter(ctx, w))));
+        parts.push(rows_of(event::Entity::find().filter(event_filter(ctx, w))));
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
-        parts.push(ones(
+        parts.push(rows_of(
             source::Entity::find().filter(source_filter(ctx, w, &types)),
         ));
     }
     if w.channels.billing {
-        parts.push(ones(
+        parts.push(rows_of(
             billing_change::Entity::find().filter(billing_filter(ctx, w)),
         ));
     }
-    let mut parts = parts.into_iter();
-    let Some(mut entries) = parts.next() else {
-        return Ok(Total::capped(0));
-    };
-    // The channels' entries counted together in one statement (a round trip each was most of
-    // their cost on PostgreSQL), up to where totals stop being exact: both databases read the
-    // parts of a `UNION ALL` in turn and stop at its `LIMIT`, so once a busy channel reaches
-    // it the others are not read at all.
-    for part in parts {
-        entries.union(UnionType::All, part);
-    }
-    entries.limit(EXACT_TOTAL_LIMIT + 1);
-    let count = Query::select()
-        .expr(Expr::cust("COUNT(*)"))
-        .from_subquery(entries, Alias::new("entries"))
-        .to_owned();
-    let count = Expr::SubQuery(None, Box::new(count.into_sub_query_statement()));
-    Ok(Total::capped(count_of(ctx.db().await?, count).await?))
+    Ok(count_capped_parts(ctx.db().await?, parts).await?)
 }
 
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the

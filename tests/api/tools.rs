@@ -5,7 +5,7 @@ use chrono::{Duration, Utc};
 use custintel::ops::import;
 use entity::customer::BillingStatus;
 use reqwest::{Method, StatusCode};
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, Set};
 use serde_json::{json, Value};
 
 use crate::{
@@ -790,6 +790,29 @@ db_test!(
         )
         .await;
         assert_eq!(r.body["pagination"]["total"], 2);
+
+        // Not active for a day: the active rows before then and the never-active ones, counted
+        // together.
+        let inactive = entity::customer::Entity::find()
+            .filter(entity::customer::Column::OrganizationId.eq(&org.organization_id))
+            .filter(
+                sea_orm::Condition::any()
+                    .add(
+                        entity::customer::Column::LastActivityAt.lt(Utc::now() - Duration::days(1)),
+                    )
+                    .add(entity::customer::Column::LastActivityAt.is_null()),
+            )
+            .count(&app.db)
+            .await
+            .unwrap();
+        let r = tool(&app, k, "svc_list_customers", json!({"inactiveFor": "1d"})).await;
+        assert_eq!(
+            r.body["pagination"]["total"], inactive,
+            "{}",
+            r.body["pagination"]
+        );
+        assert_eq!(r.body["pagination"]["totalExact"], true);
+        assert!(inactive > 9_000);
 
         // The timeline counts its channels together up to 10,000: 6,000 events and 3,000
         // sources are 9,000 exactly, 2,500 sources more make it a lower bound.
