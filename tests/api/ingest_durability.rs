@@ -37,9 +37,14 @@ fn serve_with(url: &str, port: u16, env: &[(&str, &str)]) -> Child {
         .env("CUSTINTEL_DEDUP_SEAL_KEYS", "500")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(server_log(port)).expect("server log"))
         .spawn()
         .expect("start custintel serve")
+}
+
+/// Where the server on `port` writes its warnings and errors, shown when it does not start.
+fn server_log(port: u16) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("custintel-durability-{port}.log"))
 }
 
 async fn wait_healthy(client: &reqwest::Client, port: u16) {
@@ -56,7 +61,10 @@ async fn wait_healthy(client: &reqwest::Client, port: u16) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("server did not become healthy");
+    let log = std::fs::read_to_string(server_log(port)).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+    panic!("server did not become healthy; its last lines:\n{tail}");
 }
 
 /// A database for one test: a SQLite file in `dir`, or a new PostgreSQL database.
