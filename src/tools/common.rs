@@ -277,7 +277,7 @@ pub async fn count_capped_parts<C: sea_orm::ConnectionTrait>(
     db: &C,
     parts: Vec<sea_orm::sea_query::SelectStatement>,
 ) -> Result<Total, sea_orm::DbErr> {
-    use sea_orm::sea_query::{Alias, Query, QueryStatementBuilder, UnionType};
+    use sea_orm::sea_query::UnionType;
     let mut parts = parts.into_iter();
     let Some(mut rows) = parts.next() else {
         return Ok(Total::exact(0));
@@ -286,12 +286,17 @@ pub async fn count_capped_parts<C: sea_orm::ConnectionTrait>(
         rows.union(UnionType::All, part);
     }
     rows.limit(EXACT_TOTAL_LIMIT + 1);
-    let count = Query::select()
+    Ok(Total::capped(count_of(db, count_rows_expr(rows)).await?))
+}
+
+/// `(SELECT COUNT(*) FROM (rows))`: a count as a scalar subquery.
+fn count_rows_expr(rows: sea_orm::sea_query::SelectStatement) -> Expr {
+    use sea_orm::sea_query::{Alias, QueryStatementBuilder};
+    let count = sea_orm::sea_query::Query::select()
         .expr(Expr::cust("COUNT(*)"))
-        .from_subquery(rows, Alias::new("counted"))
+        .from_subquery(rows, Alias::new("matches"))
         .to_owned();
-    let count = Expr::SubQuery(None, Box::new(count.into_sub_query_statement()));
-    Ok(Total::capped(count_of(db, count).await?))
+    Expr::SubQuery(None, Box::new(count.into_sub_query_statement()))
 }
 
 /// Counts the rows `select` matches, stopping at `cap`.
@@ -322,20 +327,9 @@ pub async fn count_of<C: sea_orm::ConnectionTrait>(
 /// [`count_up_to`] as a scalar subquery, to read beside other values in one statement (each
 /// statement is a round trip, and on PostgreSQL most of a small read's cost).
 pub fn count_up_to_expr<E: EntityTrait>(select: sea_orm::Select<E>, cap: u64) -> Expr {
-    use sea_orm::{
-        sea_query::{Alias, QueryStatementBuilder},
-        QuerySelect, QueryTrait,
-    };
-    let matches = select
-        .select_only()
-        .expr(Expr::val(1))
-        .limit(cap)
-        .into_query();
-    let count = sea_orm::sea_query::Query::select()
-        .expr(Expr::cust("COUNT(*)"))
-        .from_subquery(matches, Alias::new("matches"))
-        .to_owned();
-    Expr::SubQuery(None, Box::new(count.into_sub_query_statement()))
+    let mut rows = rows_of(select);
+    rows.limit(cap);
+    count_rows_expr(rows)
 }
 
 /// How a first page's total is read, beside the page's rows.
@@ -344,6 +338,21 @@ pub enum PageTotal<E: EntityTrait> {
     Counted(sea_orm::Select<E>),
     /// A total kept by triggers (`record_counts::total_expr`): exact.
     Kept(Expr),
+}
+
+impl<E: EntityTrait> PageTotal<E> {
+    /// The organization's `kept` total when the list has one, else the rows `matching` selects
+    /// counted.
+    pub fn kept_or_counted(
+        organization_id: &str,
+        kept: Option<super::record_counts::KeptTotal>,
+        matching: sea_orm::Select<E>,
+    ) -> Self {
+        match kept {
+            Some(kept) => Self::Kept(super::record_counts::total_expr(organization_id, &kept)),
+            None => Self::Counted(matching),
+        }
+    }
 }
 
 /// The rows of a first page and its list's total, in one statement: the total is a scalar

@@ -10,7 +10,7 @@ use super::{
         after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
         rows_and_total, ListRequest, PageTotal,
     },
-    record_counts::{self, KeptTotal},
+    record_counts::KeptTotal,
     records::{self, FACT_FIELDS, FACT_IDS},
     ToolContext, ToolResult,
 };
@@ -53,10 +53,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         None => vec![FactStatus::Active],
     };
     filter = filter.add(Column::Status.is_in(statuses.clone()));
-    let types = match &input.source_types {
-        Some(raw) => Some(parse_source_types("sourceTypes", raw)?),
-        None => None,
-    };
+    let types = input
+        .source_types
+        .as_ref()
+        .map(|raw| parse_source_types("sourceTypes", raw))
+        .transpose()?;
     if let Some(types) = &types {
         filter = filter.add(Column::SourceType.is_in(types.clone()));
     }
@@ -98,10 +99,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .order_by(Column::SourceOccurredAt, Order::Desc)
         .order_by(Column::Id, Order::Desc)
         .limit(req.limit + 1);
-    let total = match kept {
-        Some(kept) => PageTotal::Kept(record_counts::total_expr(&ctx.organization_id, &kept)),
-        None => PageTotal::Counted(matching),
-    };
+    let total = PageTotal::kept_or_counted(&ctx.organization_id, kept, matching);
     let (rows, total) = rows_and_total(db, &req, page, total).await?;
     Ok(super::common::page(
         rows,

@@ -10,7 +10,7 @@ use super::{
         after_desc, check_fields, key_time, parse_source_types, parse_timestamp, resolve_customer,
         rows_and_total, ListRequest, PageTotal,
     },
-    record_counts::{self, KeptTotal},
+    record_counts::KeptTotal,
     records::{self, SOURCE_IDS, SOURCE_ITEM_FIELDS},
     ToolContext, ToolError, ToolResult,
 };
@@ -46,10 +46,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let req = ListRequest::new(input.limit, &input.cursor)?;
     check_fields(&input.fields, SOURCE_ITEM_FIELDS)?;
     let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
-    let types = match &input.source_types {
-        Some(raw) => Some(parse_source_types("sourceTypes", raw)?),
-        None => None,
-    };
+    let types = input
+        .source_types
+        .as_ref()
+        .map(|raw| parse_source_types("sourceTypes", raw))
+        .transpose()?;
     if let Some(types) = &types {
         filter = filter.add(Column::SourceType.is_in(types.clone()));
     }
@@ -84,10 +85,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .order_by(Column::OccurredAt, Order::Desc)
         .order_by(Column::Id, Order::Desc)
         .limit(req.limit + 1);
-    let total = match kept {
-        Some(kept) => PageTotal::Kept(record_counts::total_expr(&ctx.organization_id, &kept)),
-        None => PageTotal::Counted(matching),
-    };
+    let total = PageTotal::kept_or_counted(&ctx.organization_id, kept, matching);
     let (rows, total) = rows_and_total(db, &req, page, total).await?;
     Ok(super::common::page(
         rows,

@@ -170,8 +170,15 @@ pub async fn trait_value_counts<'a, C: ConnectionTrait>(
 
 /// The revenue bands of the `customer_revenue` counts (see their migration): each label
 /// (the amount's number of digits, two wide, then its first digit) with the amounts it holds,
-/// `[low, high)`, in the labels' order, which is the amounts' order.
-fn revenue_bands() -> Vec<(String, i128, i128)> {
+/// `[low, high)`, in the labels' order, which is the amounts' order. Built once.
+fn revenue_bands() -> &'static [(String, i128, i128)] {
+    static BANDS: std::sync::LazyLock<Vec<(String, i128, i128)>> =
+        std::sync::LazyLock::new(build_revenue_bands);
+    &BANDS
+}
+
+/// Builds [`revenue_bands`].
+fn build_revenue_bands() -> Vec<(String, i128, i128)> {
     let mut bands = vec![
         ("000".to_string(), i128::from(i64::MIN), 0),
         ("010".to_string(), 0, 1),
@@ -196,12 +203,16 @@ fn revenue_bands_within(min: Option<i64>, max: Option<i64>) -> Option<(String, S
     let min = i128::from(min.unwrap_or(i64::MIN));
     let max = i128::from(max.unwrap_or(i64::MAX));
     let within: Vec<_> = revenue_bands()
-        .into_iter()
+        .iter()
         .filter(|(_, low, high)| *low >= min && high - 1 <= max)
         .collect();
-    let (first, first_low, _) = within.first()?.clone();
-    let (last, _, last_high) = within.last()?.clone();
-    Some((first, last, first_low == min && last_high - 1 == max))
+    let (first, first_low, _) = within.first()?;
+    let (last, _, last_high) = within.last()?;
+    Some((
+        first.clone(),
+        last.clone(),
+        *first_low == min && last_high - 1 == max,
+    ))
 }
 
 /// Customers with a revenue in `[min, max]` (and `billing_status`), from the kept revenue
