@@ -1247,8 +1247,8 @@ db_test!(
 );
 
 // Customers per billing status and revenue band, and per trait value, are kept by triggers
-// from concurrent writers (made, moved across bands, statuses and traits, deleted) in two
-// organizations; revenue lists read their totals from them, exactly on the bands' edges, and
+// from concurrent writers (made, moved across bands, statuses and traits, deleted, and
+// imported many to a statement) in two organizations; revenue lists read their totals from them, exactly on the bands' edges, and
 // count the matches off them; a trait value alone reads its total from them.
 db_test!(
     kept_revenue_and_trait_totals_agree_with_counts,
@@ -1300,7 +1300,30 @@ db_test!(
                 }
             }
         });
-        futures_util::future::join_all(writers).await;
+        // Multi-row statements beside them: an import into each organization at once (counted
+        // per statement on PostgreSQL).
+        let import = |org: String, tag: &'static str| async move {
+            let lines: Vec<String> = (0..300)
+                .map(|c| {
+                    let status = ["PAYING", "TRIALING", "CHURNED"][c % 3];
+                    let plan = ["pro", "team"][c % 2];
+                    json!({"kind": "customer", "domain": format!("{tag}{c}.example"),
+                        "billingStatus": status,
+                        "mrrCents": amounts[c % amounts.len()],
+                        "traits": {"plan": plan, "beta": c % 4 == 0}})
+                    .to_string()
+                })
+                .collect();
+            let report = custintel::ops::import::import_text(&app.db, &org, &lines.join("\n"))
+                .await
+                .expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        };
+        tokio::join!(
+            futures_util::future::join_all(writers),
+            import(mine.clone(), "mine"),
+            import(theirs.clone(), "theirs"),
+        );
 
         let ranges = [
             (Some(0), None),
