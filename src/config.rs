@@ -16,6 +16,7 @@ pub async fn open_state(database_url: &str, public_url: &str) -> anyhow::Result<
         integrations: crate::integrations::IntegrationsConfig::from_env(),
         search,
         agents: crate::agents::AgentsConfig::from_env(),
+        name_trigrams: Default::default(),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Database connection: SQLite by default (WAL), PostgreSQL by `DATABASE_URL`.
 
 pub mod name_search;
+pub mod name_trigrams;
 mod reads;
 mod rows_insert;
 mod rows_update;

@@ -20,4 +20,6 @@ pub struct AppState {
     pub search: crate::search::SearchIndex,
     /// The language model agents run on and the bounds of their runs.
     pub agents: crate::llm::AgentsConfig,
+    /// Which trigrams are common among customers' and users' names (PostgreSQL's name lookups).
+    pub name_trigrams: crate::db::name_trigrams::CommonTrigrams,
 }

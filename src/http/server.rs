@@ -73,6 +73,7 @@ pub fn openapi_value() -> Value {
         integrations: Default::default(),
         search,
         agents: Default::default(),
+        name_trigrams: Default::default(),
     };
     openapi_document(&api::service(state).spec())
 }

@@ -1140,6 +1140,7 @@ async fn measure_all(
         integrations: Default::default(),
         search: crate::search::SearchIndex::start(conn.clone())?,
         agents: Default::default(),
+        name_trigrams: Default::default(),
     };
     let search = state.search.clone();
     let server = bench_ingest::BenchInstance::serve(state).await?;

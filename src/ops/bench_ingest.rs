@@ -679,6 +679,7 @@ pub(crate) async fn start_instance(
         integrations: Default::default(),
         search: crate::search::SearchIndex::new(conn)?,
         agents: Default::default(),
+        name_trigrams: Default::default(),
     };
     BenchInstance::serve(state).await
 }

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{ToolContext, ToolError, ToolResult};
 use crate::db::name_search::{NamesOf, SHORTEST_INDEXED_NAME};
+use crate::db::name_trigrams::rare_parts;
 use crate::validation::{PathSegment, ValidationIssue};
 
 /// Default page size of every list tool.
@@ -629,28 +630,42 @@ fn name_pattern(needle: &str) -> Option<String> {
 /// array (so the statements' text does not vary with their number) instead of each looking
 /// the needle up again. On SQLite the index is the FTS5 table of `names` (of every
 /// organization; it may hold old names, so the caller still checks the name on each
-/// record); on PostgreSQL the trigram index of the organization's records themselves.
-async fn few_name_candidates<C: sea_orm::ConnectionTrait>(
-    db: &C,
+/// record); on PostgreSQL the trigram index of the organization's records themselves, asked
+/// for the needle's rare parts ([`crate::db::name_trigrams`]).
+async fn few_name_candidates(
+    ctx: &ToolContext,
     names: NamesOf,
-    organization_id: &str,
     needle: &str,
 ) -> Result<Option<SimpleExpr>, sea_orm::DbErr> {
     let Some(pattern) = name_pattern(needle) else {
         return Ok(None);
     };
+    use sea_orm::ConnectionTrait;
+    let db = ctx.db().await?;
     let backend = db.get_database_backend();
     let limit = FEW_MATCHES as i64 + 1;
     let lookup = match backend {
-        DbBackend::Postgres => sea_orm::Statement::from_sql_and_values(
-            backend,
-            format!(
-                "SELECT id AS k FROM \"{}\" WHERE organization_id = $1 AND lower(name) LIKE $2 \
-                 LIMIT $3",
-                names.records()
-            ),
-            [organization_id.into(), pattern.into(), limit.into()],
-        ),
+        DbBackend::Postgres => {
+            // The index is asked for the needle's rare parts; the whole needle is checked on
+            // each row it finds.
+            let needle = needle.trim().to_lowercase();
+            let common = ctx.state.name_trigrams.of(&ctx.state.db, names).await;
+            let pattern = rare_parts(&needle, &common).unwrap_or(pattern);
+            sea_orm::Statement::from_sql_and_values(
+                backend,
+                format!(
+                    "SELECT id AS k FROM \"{}\" WHERE organization_id = $1 \
+                     AND lower(name) LIKE $2 AND strpos(lower(name), $3) > 0 LIMIT $4",
+                    names.records()
+                ),
+                [
+                    ctx.organization_id.as_str().into(),
+                    pattern.into(),
+                    needle.into(),
+                    limit.into(),
+                ],
+            )
+        }
         _ => sea_orm::Statement::from_sql_and_values(
             backend,
             format!(
@@ -708,7 +723,7 @@ pub async fn filter_by_name<C: ColumnTrait>(
     if !postgres {
         residuals.add(contains_ci(column, needle), "name");
     }
-    let few = few_name_candidates(ctx.db().await?, names, &ctx.organization_id, needle).await?;
+    let few = few_name_candidates(ctx, names, needle).await?;
     match few {
         Some(candidates) => {
             add(filter, candidates);

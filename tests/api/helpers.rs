@@ -105,6 +105,7 @@ pub async fn state_without_server(
         integrations: Default::default(),
         search: custintel::search::SearchIndex::new(db).expect("search index"),
         agents: Default::default(),
+        name_trigrams: Default::default(),
     };
     Some((state, tmp))
 }
@@ -138,6 +139,7 @@ async fn spawn_configured(
         integrations,
         search: custintel::search::SearchIndex::start(db.clone()).expect("search index"),
         agents,
+        name_trigrams: Default::default(),
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
     let serve_state = state.clone();

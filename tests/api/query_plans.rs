@@ -650,6 +650,7 @@ async fn plans_use_indexes(backend: Backend) {
             integrations: Default::default(),
             search: custintel::search::SearchIndex::new(watched).expect("search"),
             agents: Default::default(),
+            name_trigrams: Default::default(),
         },
         org.organization_id.clone(),
     );

@@ -45,6 +45,7 @@ fn state(db: &DatabaseConnection) -> AppState {
         integrations: Default::default(),
         search: custintel::search::SearchIndex::new(db.clone()).expect("search"),
         agents: Default::default(),
+        name_trigrams: Default::default(),
     }
 }
 

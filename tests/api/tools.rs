@@ -420,6 +420,103 @@ db_test!(list_totals_follow_changes, |app: TestApp| async move {
     assert_eq!(seen, ["Globex", "Initech", "Umbrella Corp"]);
 });
 
+// A name list finds exactly the records whose names hold the needle where the lookup asks the
+// index for the needle's rare parts only (PostgreSQL: here "com" and "use" are in every name,
+// three-digit numbers in few), and never another organization's.
+db_test!(
+    names_found_through_their_rare_parts,
+    |app: TestApp| async move {
+        let words = ["blue", "green", "red"];
+        let customer = |i: usize| format!("Company {i} {}", words[i % 3]);
+        let user = |i: usize| format!("User {i}");
+        let mut lines = Vec::new();
+        for i in 100..160 {
+            lines.push(
+                json!({"kind": "customer", "name": customer(i), "domain": format!("c{i}.example")}),
+            );
+            lines.push(json!({"kind": "user", "customer": format!("c{i}.example"),
+            "email": format!("u{i}@c{i}.example"), "name": user(i)}));
+        }
+        let book = lines
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let org = app.org("Names").await;
+        let other = app.org("Other names").await;
+        for o in [&org, &other] {
+            let report = import::import_text(&app.db, &o.organization_id, &book)
+                .await
+                .expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        }
+        for (tool_name, needles, name_of) in [
+            (
+                "svc_list_customers",
+                [
+                    "company 117",
+                    "company 117 red",
+                    "ompany 12",
+                    "company 15",
+                    "any 133 gre",
+                    "13",
+                    "company 9",
+                ],
+                &customer as &dyn Fn(usize) -> String,
+            ),
+            (
+                "svc_list_users",
+                [
+                    "user 117",
+                    "users 117",
+                    "ser 12",
+                    "user 15",
+                    "user 1",
+                    "r 133",
+                    "user 9",
+                ],
+                &user,
+            ),
+        ] {
+            for needle in needles {
+                let mut expected: Vec<String> = (100..160)
+                    .map(name_of)
+                    .filter(|n| n.to_lowercase().contains(needle))
+                    .collect();
+                expected.sort();
+                let r = tool(
+                    &app,
+                    &org.api_key,
+                    tool_name,
+                    json!({"name": needle, "limit": 100}),
+                )
+                .await;
+                assert_eq!(r.status, StatusCode::OK, "{needle}: {}", r.body);
+                let mut found = field(&r, "name");
+                found.sort();
+                assert_eq!(found, expected, "{tool_name} {needle}");
+                assert_eq!(r.body["pagination"]["total"], expected.len(), "{needle}");
+            }
+        }
+
+        // On PostgreSQL the sample of names says which trigrams are common, and the lookup of
+        // "company 117" asks the index for "117" alone.
+        if sea_orm::ConnectionTrait::get_database_backend(&app.db) == sea_orm::DbBackend::Postgres {
+            use custintel::db::{name_search::NamesOf, name_trigrams::rare_parts};
+            let common = app
+                .state
+                .name_trigrams
+                .of(&app.db, NamesOf::Customers)
+                .await;
+            assert!(
+                common.contains("com") && !common.contains("117"),
+                "{common:?}"
+            );
+            assert_eq!(rare_parts("company 117", &common).as_deref(), Some("%117%"));
+        }
+    }
+);
+
 db_test!(list_users_and_workspace_users, |app: TestApp| async move {
     let org = app.org("Users Inc").await;
     seed(&app, &org.organization_id).await;
