@@ -8,11 +8,11 @@
 //! little. So the lookup asks the index for the runs of the needle's rare trigrams (a pattern such
 //! as `%34567%` that every name holding the needle also matches) and checks the whole needle on
 //! each row the index finds. Which trigrams are common is sampled from the table (all
-//! organizations: the index holds them all) at the first lookup and again in the background every
-//! [`RESAMPLE_AFTER`]; a wrong guess costs time, never a wrong answer.
+//! organizations: the index holds them all) in the background, after an instance's first lookup
+//! and again every [`RESAMPLE_AFTER`]; a wrong guess costs time, never a wrong answer.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
@@ -28,54 +28,49 @@ const RESAMPLE_AFTER: Duration = Duration::from_secs(600);
 
 /// The common trigrams of each table's names, as last sampled. Cloned handles share them.
 #[derive(Clone, Debug, Default)]
-pub struct CommonTrigrams(Arc<tokio::sync::Mutex<HashMap<&'static str, Sample>>>);
+pub struct CommonTrigrams(Arc<Mutex<HashMap<&'static str, Sample>>>);
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Sample {
     common: Arc<HashSet<String>>,
-    taken: Instant,
-    refreshing: bool,
+    /// When the sample was taken; `None` before the first.
+    taken: Option<Instant>,
+    sampling: bool,
 }
 
 impl CommonTrigrams {
-    /// The common trigrams of `names`' table: sampled now if never sampled (callers meanwhile
-    /// wait for that one sample), refreshed in the background once [`RESAMPLE_AFTER`] old.
-    /// Empty where the sample fails (no `pg_trgm`, a database that is down): the lookup then
-    /// asks for the whole needle, as without a sample.
-    pub async fn of(&self, db: &DatabaseConnection, names: NamesOf) -> Arc<HashSet<String>> {
-        let mut samples = self.0.lock().await;
-        if let Some(sample) = samples.get_mut(names.records()) {
-            if sample.taken.elapsed() >= RESAMPLE_AFTER && !sample.refreshing {
-                sample.refreshing = true;
-                let (this, db) = (self.clone(), db.clone());
-                tokio::spawn(async move {
-                    let common = sample_common(&db, names).await;
-                    this.0
-                        .lock()
-                        .await
-                        .insert(names.records(), Sample::of(common));
-                });
-            }
-            return sample.common.clone();
+    /// The common trigrams of `names`' table as last sampled, without waiting: a table never
+    /// sampled, or sampled [`RESAMPLE_AFTER`] ago, is sampled in the background (a sample of a
+    /// large table read from disk takes most of a second), and meanwhile the lookups ask for
+    /// whole needles (an empty set) or go by the older sample.
+    pub fn of(&self, db: &DatabaseConnection, names: NamesOf) -> Arc<HashSet<String>> {
+        let mut samples = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let sample = samples.entry(names.records()).or_default();
+        let due = sample.taken.is_none_or(|t| t.elapsed() >= RESAMPLE_AFTER);
+        if due && !sample.sampling {
+            sample.sampling = true;
+            let (this, db) = (self.clone(), db.clone());
+            tokio::spawn(async move { this.resample(&db, names).await });
         }
-        let sample = Sample::of(sample_common(db, names).await);
-        let common = sample.common.clone();
-        samples.insert(names.records(), sample);
-        common
+        sample.common.clone()
     }
-}
 
-impl Sample {
-    fn of(common: Result<HashSet<String>, DbErr>) -> Self {
-        let common = common.unwrap_or_else(|e| {
+    /// Samples `names`' table now. Where the sample fails (no `pg_trgm`, a database that is
+    /// down) the lookups ask for whole needles until the next.
+    pub async fn resample(&self, db: &DatabaseConnection, names: NamesOf) {
+        let common = sample_common(db, names).await.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "sampling names' trigrams failed: lookups use whole needles");
             HashSet::new()
         });
-        Sample {
-            common: Arc::new(common),
-            taken: Instant::now(),
-            refreshing: false,
-        }
+        let mut samples = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        samples.insert(
+            names.records(),
+            Sample {
+                common: Arc::new(common),
+                taken: Some(Instant::now()),
+                sampling: false,
+            },
+        );
     }
 }
 

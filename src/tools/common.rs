@@ -649,7 +649,7 @@ async fn few_name_candidates(
             // The index is asked for the needle's rare parts; the whole needle is checked on
             // each row it finds.
             let needle = needle.trim().to_lowercase();
-            let common = ctx.state.name_trigrams.of(&ctx.state.db, names).await;
+            let common = ctx.state.name_trigrams.of(&ctx.state.db, names);
             let pattern = rare_parts(&needle, &common).unwrap_or(pattern);
             sea_orm::Statement::from_sql_and_values(
                 backend,
