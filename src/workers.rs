@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::{background::Background, ingest::applier::Applier, state::AppState};
+use crate::{
+    background::Background, db::name_search::NamesOf, ingest::applier::Applier, state::AppState,
+};
 
 /// How often the retry worker looks for deliveries due again.
 const RETRY_TICK: Duration = Duration::from_secs(5);
@@ -51,6 +53,13 @@ impl Workers {
         // The planner's statistics: missing ones at start (a database filled before this
         // version, or by another process), stale ones as tables grow.
         tasks.push(crate::db::statistics::spawn_refresher(state.db.clone()));
+        // Which trigrams are common among names, sampled now (in the background) so that the
+        // first name lookups need not ask the trigram index for whole needles (PostgreSQL).
+        if state.db.get_database_backend() == sea_orm::DbBackend::Postgres {
+            for names in [NamesOf::Customers, NamesOf::Users] {
+                state.name_trigrams.of(&state.db, names);
+            }
+        }
         // Kept counts of ended database backends folded into one row per bucket (PostgreSQL).
         tasks.extend(crate::tools::record_counts::spawn_folder(state.db.clone()));
         // Opened here, before any background task: the journal file's shared connections serve

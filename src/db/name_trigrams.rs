@@ -8,8 +8,9 @@
 //! little. So the lookup asks the index for the runs of the needle's rare trigrams (a pattern such
 //! as `%34567%` that every name holding the needle also matches) and checks the whole needle on
 //! each row the index finds. Which trigrams are common is sampled from the table (all
-//! organizations: the index holds them all) in the background, after an instance's first lookup
-//! and again every [`RESAMPLE_AFTER`]; a wrong guess costs time, never a wrong answer.
+//! organizations: the index holds them all) in the background, when an instance starts and
+//! again at the first lookup after each [`RESAMPLE_AFTER`]; a wrong guess costs time, never a
+//! wrong answer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
