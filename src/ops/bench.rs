@@ -337,17 +337,22 @@ async fn write_events(
 ) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(7);
     let now = Utc::now();
+    // Written in the order ingest would have stored them, oldest first over the 30 days, so
+    // the table's pages follow the events' times (and ids) as a served database's do.
+    let span_ms: i64 = 30 * 86_400 * 1_000;
+    let tail_every = (s.events / s.tail_events().max(1)).max(1);
     let mut written = 0;
     while written < s.events {
         let n = TRANSACTION_ROWS.min(s.events - written);
         let rows: Vec<event::ActiveModel> = (written..written + n)
             .map(|i| {
-                let c = if i < s.tail_events() {
+                let c = if i % tail_every == 0 {
                     TAIL_EVENTS
                 } else {
                     skewed_customer(&mut rng, s.customers)
                 };
-                let occurred = now - Duration::seconds(rng.gen_range(0..30 * 86_400));
+                let age_ms = span_ms - (i as i64 * span_ms) / s.events as i64;
+                let occurred = now - Duration::milliseconds(age_ms);
                 let (event_type, name, data) = match rng.gen_range(0..100) {
                     0..=49 => ("pageview", None, json!({"title": "Dashboard"})),
                     50..=79 => (
