@@ -22,7 +22,7 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value};
 use super::RowsInsert;
 
 /// Which records' names.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NamesOf {
     Customers,
     Users,

@@ -29,7 +29,7 @@ const RESAMPLE_AFTER: Duration = Duration::from_secs(600);
 
 /// The common trigrams of each table's names, as last sampled. Cloned handles share them.
 #[derive(Clone, Debug, Default)]
-pub struct CommonTrigrams(Arc<Mutex<HashMap<&'static str, Sample>>>);
+pub struct CommonTrigrams(Arc<Mutex<HashMap<NamesOf, Sample>>>);
 
 #[derive(Debug, Default)]
 struct Sample {
@@ -46,7 +46,7 @@ impl CommonTrigrams {
     /// whole needles (an empty set) or go by the older sample.
     pub fn of(&self, db: &DatabaseConnection, names: NamesOf) -> Arc<HashSet<String>> {
         let mut samples = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let sample = samples.entry(names.records()).or_default();
+        let sample = samples.entry(names).or_default();
         let due = sample.taken.is_none_or(|t| t.elapsed() >= RESAMPLE_AFTER);
         if due && !sample.sampling {
             sample.sampling = true;
@@ -65,7 +65,7 @@ impl CommonTrigrams {
         });
         let mut samples = self.0.lock().unwrap_or_else(|e| e.into_inner());
         samples.insert(
-            names.records(),
+            names,
             Sample {
                 common: Arc::new(common),
                 taken: Some(Instant::now()),

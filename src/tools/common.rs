@@ -7,7 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 use entity::customer;
 use sea_orm::{
     sea_query::{Expr, ExprTrait, Func, LikeExpr, SimpleExpr},
-    ColumnTrait, DbBackend, EntityTrait, QueryFilter,
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -608,15 +608,15 @@ pub fn equals_ci<C: ColumnTrait>(column: C, value: &str) -> SimpleExpr {
     Expr::expr(Func::lower(column.into_expr())).eq(value.trim().to_lowercase())
 }
 
-/// The needle as SQLite's name indexes look it up (`%needle%`), or `None` where they cannot
-/// help: needles under three characters (trigram lookups need three), needles with `LIKE`
-/// wildcards or escapes.
-fn name_pattern(needle: &str) -> Option<String> {
+/// The needle as the name indexes look it up (trimmed, lower-cased), or `None` where they
+/// cannot help: needles under three characters (trigram lookups need three), needles with
+/// `LIKE` wildcards or escapes.
+fn indexed_needle(needle: &str) -> Option<String> {
     let needle = needle.trim().to_lowercase();
     if needle.chars().count() < SHORTEST_INDEXED_NAME || needle.contains(['%', '_', '\\']) {
         return None;
     }
-    Some(format!("%{needle}%"))
+    Some(needle)
 }
 
 /// `"records"."id" IN (the ids whose name the index matches)` when the index finds at most
@@ -637,10 +637,9 @@ async fn few_name_candidates(
     names: NamesOf,
     needle: &str,
 ) -> Result<Option<SimpleExpr>, sea_orm::DbErr> {
-    let Some(pattern) = name_pattern(needle) else {
+    let Some(needle) = indexed_needle(needle) else {
         return Ok(None);
     };
-    use sea_orm::ConnectionTrait;
     let db = ctx.db().await?;
     let backend = db.get_database_backend();
     let limit = FEW_MATCHES as i64 + 1;
@@ -648,9 +647,8 @@ async fn few_name_candidates(
         DbBackend::Postgres => {
             // The index is asked for the needle's rare parts; the whole needle is checked on
             // each row it finds.
-            let needle = needle.trim().to_lowercase();
             let common = ctx.state.name_trigrams.of(&ctx.state.db, names);
-            let pattern = rare_parts(&needle, &common).unwrap_or(pattern);
+            let pattern = rare_parts(&needle, &common).unwrap_or_else(|| format!("%{needle}%"));
             sea_orm::Statement::from_sql_and_values(
                 backend,
                 format!(
@@ -673,7 +671,7 @@ async fn few_name_candidates(
                 key = names.key(),
                 index = names.index()
             ),
-            [pattern.into(), limit.into()],
+            [format!("%{needle}%").into(), limit.into()],
         ),
     };
     let rows = db.query_all_raw(lookup).await?;
