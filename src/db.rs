@@ -5,7 +5,7 @@ pub mod name_trigrams;
 mod reads;
 mod rows_insert;
 mod rows_update;
-mod sqlite_write_txn;
+mod write_txn;
 pub mod statistics;
 pub mod tcp_nodelay;
 
@@ -21,7 +21,7 @@ use sea_orm::{
 pub use reads::Reads;
 pub use rows_insert::RowsInsert;
 pub use rows_update::RowsUpdate;
-pub use sqlite_write_txn::SqliteWriteTxn;
+pub use write_txn::{PgWriteTxn, SqliteWriteTxn};
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
 

@@ -50,9 +50,10 @@ impl From<event::Model> for EventRow {
 }
 
 /// Inserts rows through sea-orm in multi-row statements with their values moved in
-/// ([`crate::db::RowsInsert`]): the applier's path on PostgreSQL. SQLite's applier inserts
-/// through the connection's raw handle instead ([`insert_events_raw`]).
-pub(super) async fn insert_events<C: ConnectionTrait>(
+/// ([`crate::db::RowsInsert`]). The applier writes them through each database's bulk path
+/// instead: SQLite's raw handle ([`insert_events_raw`]), PostgreSQL's `COPY`
+/// ([`events_copy_text`]).
+pub async fn insert_events<C: ConnectionTrait>(
     conn: &C,
     rows: Vec<EventRow>,
 ) -> Result<(), DbErr> {
@@ -100,6 +101,76 @@ pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> ru
         ])?;
     }
     Ok(())
+}
+
+/// PostgreSQL's `COPY` of event rows, with [`events_copy_text`] as its data.
+pub const EVENTS_COPY: &str = "COPY events (id, organization_id, message_id, event_type, \
+    event_name, visitor_id, user_id, customer_id, url, path, occurred_at, received_at, data) \
+    FROM STDIN";
+
+/// Rows in `COPY`'s text format for [`EVENTS_COPY`]: a line per row, tab-separated columns,
+/// `\N` for NULL. PostgreSQL parses each value as its column's type would from the same text a
+/// parameter carries: timestamps to the microsecond, truncated as sqlx binds them (so both paths
+/// store the same instant), and `data` as the JSON text the event was read as (`jsonb` parses
+/// it, as from a parameter). The JSON was read without U+0000 (validation refuses it), which
+/// PostgreSQL's text cannot hold.
+pub fn events_copy_text(rows: Vec<EventRow>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.len() * 320);
+    // A batch's events share its `received_at`: formatted once per batch, not per event.
+    let mut received: Option<(DateTime<Utc>, String)> = None;
+    for r in rows {
+        let received_at = match &received {
+            Some((at, text)) if *at == r.received_at => text,
+            _ => &received.insert((r.received_at, copy_timestamp(r.received_at))).1,
+        };
+        for (i, value) in [
+            Some(r.id.as_str()),
+            Some(&r.organization_id),
+            r.message_id.as_deref(),
+            Some(&r.event_type),
+            r.event_name.as_deref(),
+            r.visitor_id.as_deref(),
+            r.user_id.as_deref(),
+            r.customer_id.as_deref(),
+            Some(&r.url),
+            Some(&r.path),
+            Some(&copy_timestamp(r.occurred_at)),
+            Some(received_at.as_str()),
+            Some(r.data.get()),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                out.push(b'\t');
+            }
+            match value {
+                None => out.extend_from_slice(b"\\N"),
+                Some(text) => copy_escaped(&mut out, text),
+            }
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+/// `text` as a value of `COPY`'s text format: backslash, tab, newline and carriage return
+/// escaped, every other byte as it is (the data is UTF-8, as the connection's encoding).
+fn copy_escaped(out: &mut Vec<u8>, text: &str) {
+    for &b in text.as_bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// A timestamp as `COPY`'s text for `timestamptz`, truncated to the microsecond.
+fn copy_timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// A timestamp as sqlx stores a `DateTime<Utc>` in SQLite.

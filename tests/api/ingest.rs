@@ -1288,9 +1288,10 @@ async fn one_group_sees_its_own_identity_writes() {
 }
 
 // The applier inserts events in its own transaction (on SQLite through the connection's raw
-// handle, binding each value itself): what it stores must be what binding each value through
-// the ORM stores, text for text, nulls as NULL, timestamps in the same format (the timeline
-// orders by their text), data byte for byte.
+// handle, binding each value itself; on PostgreSQL with `COPY`, each value as escaped text):
+// what it stores must be what binding each value through the ORM stores, text for text
+// (COPY's delimiters and escapes included), nulls as NULL, timestamps in the same format (the
+// timeline orders by their text) and to the same microsecond, data byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_rows_store_what_the_orm_stores() {
     use sea_orm::{ActiveModelTrait, ConnectionTrait, Set, Statement};
@@ -1302,7 +1303,7 @@ async fn event_rows_store_what_the_orm_stores() {
             continue;
         };
         let org = crate::helpers::org_in(&state.db, "Rows Co").await;
-        let occurred = chrono::DateTime::parse_from_rfc3339("2026-11-26T07:16:30.123456Z")
+        let occurred = chrono::DateTime::parse_from_rfc3339("2026-11-26T07:16:30.123456789Z")
             .expect("time")
             .with_timezone(&chrono::Utc);
         let received = chrono::DateTime::parse_from_rfc3339("2026-11-26T07:16:31Z")
@@ -1320,7 +1321,7 @@ async fn event_rows_store_what_the_orm_stores() {
                 user_id: user_id.map(Into::into),
                 customer_id: Some("acct-1".into()),
                 url: "https://app.example.com/a?b=c&d=%20".into(),
-                path: "/a".into(),
+                path: "/a\tb\\N\\c\r\n".into(),
                 occurred_at: occurred,
                 received_at: received,
                 data: serde_json::value::to_raw_value(&data).expect("raw"),
