@@ -5,9 +5,9 @@ pub mod name_trigrams;
 mod reads;
 mod rows_insert;
 mod rows_update;
-mod write_txn;
 pub mod statistics;
 pub mod tcp_nodelay;
+mod write_txn;
 
 use std::time::Duration;
 

@@ -35,6 +35,7 @@ mod m20261128_030000_source_fact_counts;
 mod m20261128_040000_customer_revenue_counts;
 mod m20261128_050000_trait_value_counts;
 mod m20261128_060000_counts_per_statement;
+mod m20261128_070000_journal_by_organization;
 
 pub struct Migrator;
 
@@ -75,6 +76,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_040000_customer_revenue_counts::Migration),
             Box::new(m20261128_050000_trait_value_counts::Migration),
             Box::new(m20261128_060000_counts_per_statement::Migration),
+            Box::new(m20261128_070000_journal_by_organization::Migration),
         ]
     }
 }

@@ -363,10 +363,22 @@ async fn lease_an_organization<C: ConnectionTrait>(conn: &C) -> Result<Option<St
     let candidates = conn
         .query_all_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
-            "WITH gate AS (SELECT pg_try_advisory_xact_lock_shared(hashtext(current_schema() \
-             || '.ingest_applier')) AS open) \
-             SELECT organization_id FROM ingest_journal, gate WHERE gate.open \
-             GROUP BY organization_id ORDER BY min(seq) LIMIT $1",
+            // The waiting organizations one index probe each (a loose scan of the journal's
+            // `(organization_id, seq)` index), each ranked by its oldest batch, another probe.
+            "WITH RECURSIVE gate AS (SELECT pg_try_advisory_xact_lock_shared(\
+             hashtext(current_schema() || '.ingest_applier')) AS open), \
+             waiting(organization_id) AS ( \
+               (SELECT organization_id FROM ingest_journal, gate WHERE gate.open \
+                ORDER BY organization_id LIMIT 1) \
+               UNION ALL \
+               SELECT (SELECT j.organization_id FROM ingest_journal j \
+                       WHERE j.organization_id > w.organization_id \
+                       ORDER BY j.organization_id LIMIT 1) \
+               FROM waiting w WHERE w.organization_id IS NOT NULL) \
+             SELECT w.organization_id FROM waiting w WHERE w.organization_id IS NOT NULL \
+             ORDER BY (SELECT min(j.seq) FROM ingest_journal j \
+                       WHERE j.organization_id = w.organization_id) \
+             LIMIT $1",
             [LEASE_CANDIDATES.into()],
         ))
         .await?;

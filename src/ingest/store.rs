@@ -53,10 +53,7 @@ impl From<event::Model> for EventRow {
 /// ([`crate::db::RowsInsert`]). The applier writes them through each database's bulk path
 /// instead: SQLite's raw handle ([`insert_events_raw`]), PostgreSQL's `COPY`
 /// ([`events_copy_text`]).
-pub async fn insert_events<C: ConnectionTrait>(
-    conn: &C,
-    rows: Vec<EventRow>,
-) -> Result<(), DbErr> {
+pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
     let mut values = Vec::with_capacity(rows.len() * COLUMNS);
     for r in rows {
         values.extend(row_values(r));
@@ -121,7 +118,11 @@ pub fn events_copy_text(rows: Vec<EventRow>) -> Vec<u8> {
     for r in rows {
         let received_at = match &received {
             Some((at, text)) if *at == r.received_at => text,
-            _ => &received.insert((r.received_at, copy_timestamp(r.received_at))).1,
+            _ => {
+                &received
+                    .insert((r.received_at, copy_timestamp(r.received_at)))
+                    .1
+            }
         };
         for (i, value) in [
             Some(r.id.as_str()),
