@@ -36,6 +36,7 @@ mod m20261128_040000_customer_revenue_counts;
 mod m20261128_050000_trait_value_counts;
 mod m20261128_060000_counts_per_statement;
 mod m20261128_070000_journal_by_organization;
+mod postgres_only;
 
 pub struct Migrator;
 

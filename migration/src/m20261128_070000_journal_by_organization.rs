@@ -5,36 +5,30 @@
 //! of up to 100 events, so the acknowledging path's cost per event barely moves.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+
+use crate::postgres_only;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-const INDEX: &str = "ix_ingest_journal_organization_id_seq";
-
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        manager
-            .get_connection()
-            .execute_unprepared(&format!(
-                "CREATE INDEX IF NOT EXISTS {INDEX} ON ingest_journal (organization_id, seq)"
-            ))
-            .await?;
-        Ok(())
+        postgres_only::run(
+            manager,
+            &[
+                "CREATE INDEX IF NOT EXISTS ix_ingest_journal_organization_id_seq \
+               ON ingest_journal (organization_id, seq)",
+            ],
+        )
+        .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        manager
-            .get_connection()
-            .execute_unprepared(&format!("DROP INDEX IF EXISTS {INDEX}"))
-            .await?;
-        Ok(())
+        postgres_only::run(
+            manager,
+            &["DROP INDEX IF EXISTS ix_ingest_journal_organization_id_seq"],
+        )
+        .await
     }
 }

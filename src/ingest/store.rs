@@ -70,17 +70,9 @@ pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> ru
         "INSERT INTO {} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         EVENTS.into
     ))?;
-    // A batch's events share its `received_at`: formatted once per batch, not per event.
-    let mut received: Option<(DateTime<Utc>, String)> = None;
+    let mut received = LastFormatted::default();
     for r in rows {
-        let received_at = match &received {
-            Some((at, text)) if *at == r.received_at => text,
-            _ => {
-                &received
-                    .insert((r.received_at, stored_timestamp(r.received_at)))
-                    .1
-            }
-        };
+        let received_at = received.of(r.received_at, stored_timestamp);
         insert.execute(rusqlite::params![
             r.id,
             r.organization_id,
@@ -113,17 +105,9 @@ pub const EVENTS_COPY: &str = "COPY events (id, organization_id, message_id, eve
 /// PostgreSQL's text cannot hold.
 pub fn events_copy_text(rows: Vec<EventRow>) -> Vec<u8> {
     let mut out = Vec::with_capacity(rows.len() * 320);
-    // A batch's events share its `received_at`: formatted once per batch, not per event.
-    let mut received: Option<(DateTime<Utc>, String)> = None;
+    let mut received = LastFormatted::default();
     for r in rows {
-        let received_at = match &received {
-            Some((at, text)) if *at == r.received_at => text,
-            _ => {
-                &received
-                    .insert((r.received_at, copy_timestamp(r.received_at)))
-                    .1
-            }
-        };
+        let received_at = received.of(r.received_at, copy_timestamp);
         for (i, value) in [
             Some(r.id.as_str()),
             Some(&r.organization_id),
@@ -136,7 +120,7 @@ pub fn events_copy_text(rows: Vec<EventRow>) -> Vec<u8> {
             Some(&r.url),
             Some(&r.path),
             Some(&copy_timestamp(r.occurred_at)),
-            Some(received_at.as_str()),
+            Some(received_at),
             Some(r.data.get()),
         ]
         .into_iter()
@@ -172,6 +156,23 @@ fn copy_escaped(out: &mut Vec<u8>, text: &str) {
 /// A timestamp as `COPY`'s text for `timestamptz`, truncated to the microsecond.
 fn copy_timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// The last timestamp formatted and its text: a batch's events share its `received_at`, which is
+/// formatted once per batch, not per event.
+#[derive(Default)]
+struct LastFormatted(Option<(DateTime<Utc>, String)>);
+
+impl LastFormatted {
+    fn of(&mut self, at: DateTime<Utc>, format: fn(DateTime<Utc>) -> String) -> &str {
+        if self.0.as_ref().is_none_or(|(last, _)| *last != at) {
+            self.0 = Some((at, format(at)));
+        }
+        self.0
+            .as_ref()
+            .map(|(_, text)| text.as_str())
+            .unwrap_or_default()
+    }
 }
 
 /// A timestamp as sqlx stores a `DateTime<Utc>` in SQLite.
