@@ -1,7 +1,8 @@
 //! The ingest journal in a file of its own (SQLite): batches an earlier version left in the
 //! main file are moved in, rows the applied mark covers are neither applied again nor shown
-//! twice, and two appliers racing for the same batches apply them once. On PostgreSQL, the
-//! `messageId` window's claim keys are those its migration computed.
+//! twice, and two appliers racing for the same batches apply them once. On PostgreSQL, appliers
+//! lease organizations and apply each batch once, and the `messageId` window's claim keys are
+//! those its migration computed.
 
 use custintel::engine::evaluate::RulesCache;
 use custintel::ingest::{
@@ -187,6 +188,64 @@ async fn racing_appliers_reading_ahead_apply_each_batch_once() {
         expected
     );
     assert_eq!(events_in_view(&state, &org).await, expected);
+}
+
+// PostgreSQL: appliers (one per instance) lease an organization per transaction. Three of them
+// on one database, with batches of four organizations arriving while they run: every batch is
+// applied once, and each organization's events are all stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appliers_on_one_database_apply_each_batch_once() {
+    let Some((state, _tmp)) =
+        crate::helpers::state_without_server(crate::helpers::Backend::Postgres).await
+    else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let db = state.db.clone();
+    let mut orgs = Vec::new();
+    for i in 0..4 {
+        orgs.push(create_org(&db, &format!("Several Appliers {i} Co")).await);
+    }
+    let journal = Journal::of(&db).await.expect("journal");
+    let appliers: Vec<_> = (0..3)
+        .map(|_| custintel::ingest::applier::Applier::spawn(db.clone(), RulesCache::default()))
+        .collect();
+    const ROUNDS: usize = 30;
+    for round in 0..ROUNDS {
+        let batches: Vec<Batch> = orgs
+            .iter()
+            .map(|org| batch(org, &format!("several{round}")))
+            .collect();
+        let refs: Vec<&Batch> = batches.iter().collect();
+        journal::append(journal.conn(), &refs)
+            .await
+            .expect("append");
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while journal.backlog(None).await.expect("backlog").batches > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backlog not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for applier in appliers {
+        applier.drain(tokio::time::Instant::now()).await;
+    }
+    let expected = (ROUNDS * orgs.len()) as i64;
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, expected);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM (SELECT DISTINCT organization_id, message_id FROM events) m"
+        )
+        .await,
+        expected
+    );
+    for org in &orgs {
+        assert_eq!(events_in_view(&state, org).await, ROUNDS as i64);
+    }
 }
 
 fn batch_of(org: &str, message_ids: &[&str]) -> Batch {
