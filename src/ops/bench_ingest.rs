@@ -997,6 +997,10 @@ pub(crate) async fn drop_schema(
     schema: Option<&str>,
 ) -> anyhow::Result<()> {
     if let (Some(url), Some(schema)) = (&options.database_url, schema) {
+        // The instances' messageId windows on disk go with the schema: none will take them back.
+        let in_schema = db::connect(url, Some(schema)).await?;
+        crate::ingest::window::shared::remove_stopped_windows(&in_schema).await?;
+        in_schema.close().await?;
         let admin_conn = db::connect(url, None).await?;
         sea_orm::ConnectionTrait::execute_unprepared(
             &admin_conn,

@@ -192,11 +192,16 @@ fn base_directory() -> PathBuf {
     }
 }
 
+/// The name each window directory of the database `identity` starts with.
+fn directory_name(identity: &str) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(identity.as_bytes()))
+}
+
 /// The first directory of this database under `base` that no running process holds, and the
 /// lock that holds it. A restarted instance takes back the one it left, with its runs.
 fn claim_directory(base: &std::path::Path, identity: &str) -> std::io::Result<(PathBuf, File)> {
     std::fs::create_dir_all(base)?;
-    let name = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(identity.as_bytes()));
+    let name = directory_name(identity);
     for slot in 0.. {
         let lock = File::options()
             .create(true)
@@ -210,6 +215,42 @@ fn claim_directory(base: &std::path::Path, identity: &str) -> std::io::Result<(P
         }
     }
     unreachable!("an unbounded range ends")
+}
+
+/// Removes the windows this database's stopped instances left for a restart to take back (a
+/// window held by a running instance stays): for a database about to be dropped, whose windows
+/// no instance will take back. Answers how many were removed.
+pub async fn remove_stopped_windows(db: &DatabaseConnection) -> Result<usize, DbErr> {
+    let identity = database_identity(db).await?;
+    Ok(remove_unheld(&base_directory(), &identity))
+}
+
+fn remove_unheld(base: &std::path::Path, identity: &str) -> usize {
+    let prefix = format!("{}-", directory_name(identity));
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(slot) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(".lock"))
+        else {
+            continue;
+        };
+        let lock_path = entry.path();
+        let Ok(lock) = File::options().write(true).open(&lock_path) else {
+            continue;
+        };
+        if lock.try_lock().is_ok() {
+            let _ = std::fs::remove_dir_all(base.join(format!("{prefix}{slot}")));
+            let _ = std::fs::remove_file(&lock_path);
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// What tells this database apart from another: its name, the schema, and when its schema
@@ -377,13 +418,25 @@ mod tests {
         let (first, first_lock) = claim_directory(base.path(), "db:schema:1").unwrap();
         let (second, _second_lock) = claim_directory(base.path(), "db:schema:1").unwrap();
         assert_ne!(first, second);
-        let (other, _other_lock) = claim_directory(base.path(), "db:schema:2").unwrap();
+        let (other, other_lock) = claim_directory(base.path(), "db:schema:2").unwrap();
         assert_ne!(other, first);
         drop(first_lock);
-        let (again, _) = claim_directory(base.path(), "db:schema:1").unwrap();
+        let (again, again_lock) = claim_directory(base.path(), "db:schema:1").unwrap();
         assert_eq!(
             again, first,
             "a restarted instance takes back its directory"
         );
+        drop(again_lock);
+        for dir in [&first, &second, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        // Another database's window, its instance stopped: not this database's to remove.
+        drop(other_lock);
+        assert_eq!(remove_unheld(base.path(), "db:schema:1"), 1);
+        assert!(!first.exists(), "a stopped instance's window is removed");
+        assert!(second.exists(), "a running instance's window stays");
+        assert!(other.exists(), "another database's window stays");
+        assert_eq!(remove_unheld(base.path(), "db:schema:2"), 1);
+        assert!(!other.exists());
     }
 }
