@@ -141,6 +141,35 @@ async fn own_file_journal_applies_each_batch_once() {
     assert_eq!(events_in_view(&state, &org).await, 32);
 }
 
+/// Journals `rounds` groups of batches (`round` makes each) a few milliseconds apart while
+/// `appliers` run, waits until the journal is empty, and stops them.
+async fn apply_while_journaling(
+    journal: &Journal,
+    appliers: impl IntoIterator<Item = custintel::ingest::applier::Applier>,
+    rounds: usize,
+    round: impl Fn(usize) -> Vec<Batch>,
+) {
+    for r in 0..rounds {
+        let batches = round(r);
+        let refs: Vec<&Batch> = batches.iter().collect();
+        journal::append(journal.conn(), &refs)
+            .await
+            .expect("append");
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while journal.backlog(None).await.expect("backlog").batches > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backlog not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for applier in appliers {
+        applier.drain(tokio::time::Instant::now()).await;
+    }
+}
+
 // Two running appliers (each reading the next group ahead while it writes, on pools of their
 // own over one file) race while batches keep arriving: every batch is applied once. The one
 // that loses a group finds the applied mark elsewhere than its read-ahead started from and
@@ -160,27 +189,12 @@ async fn racing_appliers_reading_ahead_apply_each_batch_once() {
     ];
     const ROUNDS: usize = 40;
     const PER_ROUND: usize = 5;
-    for round in 0..ROUNDS {
-        let batches: Vec<Batch> = (0..PER_ROUND)
+    apply_while_journaling(&journal, appliers, ROUNDS, |round| {
+        (0..PER_ROUND)
             .map(|i| batch(&org, &format!("race{round}-{i}")))
-            .collect();
-        let refs: Vec<&Batch> = batches.iter().collect();
-        journal::append(journal.conn(), &refs)
-            .await
-            .expect("append");
-        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
-    }
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while journal.backlog(None).await.expect("backlog").batches > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "backlog not applied"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    for applier in appliers {
-        applier.drain(tokio::time::Instant::now()).await;
-    }
+            .collect()
+    })
+    .await;
     let expected = (ROUNDS * PER_ROUND) as i64;
     assert_eq!(count(&db, "SELECT count(*) FROM events").await, expected);
     assert_eq!(
@@ -211,28 +225,12 @@ async fn appliers_on_one_database_apply_each_batch_once() {
         .map(|_| custintel::ingest::applier::Applier::spawn(db.clone(), RulesCache::default()))
         .collect();
     const ROUNDS: usize = 30;
-    for round in 0..ROUNDS {
-        let batches: Vec<Batch> = orgs
-            .iter()
+    apply_while_journaling(&journal, appliers, ROUNDS, |round| {
+        orgs.iter()
             .map(|org| batch(org, &format!("several{round}")))
-            .collect();
-        let refs: Vec<&Batch> = batches.iter().collect();
-        journal::append(journal.conn(), &refs)
-            .await
-            .expect("append");
-        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
-    }
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while journal.backlog(None).await.expect("backlog").batches > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "backlog not applied"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    for applier in appliers {
-        applier.drain(tokio::time::Instant::now()).await;
-    }
+            .collect()
+    })
+    .await;
     let expected = (ROUNDS * orgs.len()) as i64;
     assert_eq!(count(&db, "SELECT count(*) FROM events").await, expected);
     assert_eq!(
