@@ -21,7 +21,7 @@ use sea_orm::{
 pub use reads::Reads;
 pub use rows_insert::RowsInsert;
 pub use rows_update::RowsUpdate;
-pub use write_txn::{PgWriteTxn, SqliteWriteTxn};
+pub use write_txn::{PgWriteTxn, SqliteWriteTxn, WriteTxn};
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://custintel.db?mode=rwc";
 

@@ -133,15 +133,9 @@ where
     )
 }
 
-/// The backends a [`WriteTxn`] runs on: the bounds sqlx and sea-orm put on running a
-/// statement and reading its result, and the backend's name in sea-orm.
-pub trait WriteBackend: Database
-where
-    SqlxValues: for<'q> sqlx::IntoArguments<Self>,
-    for<'c> &'c mut Self::Connection: sqlx::Executor<'c, Database = Self>,
-    Self::QueryResult: Into<ExecResult>,
-    Self::Row: Into<QueryResult>,
-{
+/// The backends a [`WriteTxn`] runs on, by their name in sea-orm (what running a statement and
+/// reading its result needs is bound where the connection trait is implemented).
+pub trait WriteBackend: Database {
     const BACKEND: DbBackend;
 }
 

@@ -48,13 +48,7 @@ impl ApplyTxn {
     pub async fn insert_events(&self, rows: Vec<EventRow>) -> Result<(), DbErr> {
         match self {
             Self::Sqlite(t) => t.with_raw(|raw| store::insert_events_raw(raw, rows)).await,
-            Self::Postgres(t) => {
-                if !rows.is_empty() {
-                    t.copy_in(store::EVENTS_COPY, &store::events_copy_text(rows))
-                        .await?;
-                }
-                Ok(())
-            }
+            Self::Postgres(t) => store::copy_events(t, rows).await,
         }
     }
 }

@@ -1,13 +1,17 @@
-//! Writes event rows: multi-row INSERTs, chunked below the databases' bound-parameter limits.
+//! Writes event rows through each database's bulk path: a prepared statement stepped per row on
+//! SQLite's raw handle, `COPY` on PostgreSQL, both in the applier's transaction.
 //! `messageId` repeats never get here: the acknowledging writer drops them (see `dedup`).
 
 use chrono::{DateTime, Utc};
 use entity::event;
-use sea_orm::{ConnectionTrait, DbErr, Value as DbValue};
+use sea_orm::DbErr;
 use serde_json::value::RawValue;
 
-/// Columns per event row.
-const COLUMNS: usize = 13;
+use crate::db::PgWriteTxn;
+
+/// The columns both paths write, in the order they write them.
+const EVENT_COLUMNS: &str = "id, organization_id, message_id, event_type, event_name, \
+    visitor_id, user_id, customer_id, url, path, occurred_at, received_at, data";
 
 /// One `events` row.
 #[derive(Debug, Clone)]
@@ -49,26 +53,14 @@ impl From<event::Model> for EventRow {
     }
 }
 
-/// Inserts rows through sea-orm in multi-row statements with their values moved in
-/// ([`crate::db::RowsInsert`]). The applier writes them through each database's bulk path
-/// instead: SQLite's raw handle ([`insert_events_raw`]), PostgreSQL's `COPY`
-/// ([`events_copy_text`]).
-pub async fn insert_events<C: ConnectionTrait>(conn: &C, rows: Vec<EventRow>) -> Result<(), DbErr> {
-    let mut values = Vec::with_capacity(rows.len() * COLUMNS);
-    for r in rows {
-        values.extend(row_values(r));
-    }
-    EVENTS.exec(conn, values).await
-}
-
 /// Inserts rows on a SQLite connection's raw handle, one prepared statement stepped per row,
 /// each text bound straight from the row (SQLite copies it once). The stored texts are the
 /// ones sea-orm and sqlx store for the same row (timestamps as RFC 3339 with `+00:00`, `data`
 /// as its JSON text): a test holds the two to each other.
 pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> rusqlite::Result<()> {
     let mut insert = conn.prepare(&format!(
-        "INSERT INTO {} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        EVENTS.into
+        "INSERT INTO events ({EVENT_COLUMNS}) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
     ))?;
     let mut received = LastFormatted::default();
     for r in rows {
@@ -92,12 +84,17 @@ pub fn insert_events_raw(conn: &rusqlite::Connection, rows: Vec<EventRow>) -> ru
     Ok(())
 }
 
-/// PostgreSQL's `COPY` of event rows, with [`events_copy_text`] as its data.
-pub const EVENTS_COPY: &str = "COPY events (id, organization_id, message_id, event_type, \
-    event_name, visitor_id, user_id, customer_id, url, path, occurred_at, received_at, data) \
-    FROM STDIN";
+/// Inserts rows with PostgreSQL's `COPY`, in the transaction's text format ([`events_copy_text`]).
+pub async fn copy_events(txn: &PgWriteTxn, rows: Vec<EventRow>) -> Result<(), DbErr> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let copy = format!("COPY events ({EVENT_COLUMNS}) FROM STDIN");
+    txn.copy_in(&copy, &events_copy_text(rows)).await?;
+    Ok(())
+}
 
-/// Rows in `COPY`'s text format for [`EVENTS_COPY`]: a line per row, tab-separated columns,
+/// Rows in `COPY`'s text format, columns as [`EVENT_COLUMNS`]: a line per row, tab-separated columns,
 /// `\N` for NULL. PostgreSQL parses each value as its column's type would from the same text a
 /// parameter carries: timestamps to the microsecond, truncated as sqlx binds them (so both paths
 /// store the same instant), and `data` as the JSON text the event was read as (`jsonb` parses
@@ -178,34 +175,4 @@ impl LastFormatted {
 /// A timestamp as sqlx stores a `DateTime<Utc>` in SQLite.
 fn stored_timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
-}
-
-const EVENTS: crate::db::RowsInsert = crate::db::RowsInsert {
-    into: "events (id, organization_id, message_id, event_type, event_name, visitor_id, \
-           user_id, customer_id, url, path, occurred_at, received_at, data)",
-    width: COLUMNS,
-    tail: "",
-};
-
-/// One row's values in the column order of [`EVENTS`], `data` parsed for PostgreSQL's `jsonb`.
-fn row_values(r: EventRow) -> [DbValue; COLUMNS] {
-    // The text is valid JSON: it was read as such.
-    let data = DbValue::Json(Some(Box::new(
-        serde_json::from_str(r.data.get()).unwrap_or_default(),
-    )));
-    [
-        r.id.into(),
-        r.organization_id.into(),
-        r.message_id.into(),
-        r.event_type.into(),
-        r.event_name.into(),
-        r.visitor_id.into(),
-        r.user_id.into(),
-        r.customer_id.into(),
-        r.url.into(),
-        r.path.into(),
-        r.occurred_at.into(),
-        r.received_at.into(),
-        data,
-    ]
 }
