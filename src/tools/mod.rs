@@ -14,6 +14,7 @@ pub mod timeline;
 
 pub mod analytics_views;
 pub mod query;
+pub mod query_kept_totals;
 pub mod schema;
 pub mod search_customer_context;
 

@@ -28,7 +28,11 @@ use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, Statement};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{analytics_views, ToolContext, ToolError, ToolResult};
+use super::{
+    analytics_views,
+    query_kept_totals::{self, QueryDialect},
+    ToolContext, ToolError, ToolResult,
+};
 use crate::validation::ValidationIssue;
 
 const DEFAULT_MAX_ROWS: i64 = 1000;
@@ -52,9 +56,11 @@ pub struct Input {
 pub const DESCRIPTION: &str = "Run one read-only SQL statement (SELECT or WITH ... SELECT) \
 against the analytics views (customers, users, workspace_users, facts, sources, events, \
 billing_history, engagement_sessions, customer_totals, user_totals; see svc_schema for their \
-columns). The views hold only your organization's rows. For counts and revenue by billing \
-status or users by stage, read customer_totals or user_totals: kept current with every \
-change, they answer from one row per status where aggregating reads every customer. Writes, \
+columns). The views hold only your organization's rows. Counts and revenue by billing \
+status and users by stage are kept current with every change in customer_totals and \
+user_totals: a count(*), sum(mrr_cents) or avg(mrr_cents) of customers (count(*) of users) grouped by \
+billing_status (stage) or not grouped, filtered on that column alone, is answered from them \
+in a few ms; other aggregates read every row. Writes, \
 schema changes, ATTACH, PRAGMA, several statements and reading anything but the views are \
 refused; a statement gets 5 seconds. Returns {columns, rows, rowCount, truncated}: at most \
 maxRows rows (default 1000, up to 10000).";
@@ -270,6 +276,15 @@ mod sqlite {
             return Err(ToolError::Refused(format!(
                 "{REFUSED_PREFIX}: this statement returns no rows"
             )));
+        }
+        // Counts and sums the kept totals hold are read there; the answer keeps the caller's
+        // column names. Should the rewritten statement not prepare, the caller's runs.
+        if let Some(kept) = query_kept_totals::rewrite(sql, QueryDialect::Sqlite) {
+            match conn.prepare(&kept) {
+                Ok(kept_stmt) if kept_stmt.column_count() == columns.len() => stmt = kept_stmt,
+                Ok(_) => tracing::warn!(sql, kept, "kept-totals rewrite changed the columns"),
+                Err(e) => tracing::warn!(sql, kept, "kept-totals rewrite failed: {e}"),
+            }
         }
         let mut answer = Answer {
             columns,
@@ -630,6 +645,31 @@ mod postgres {
             .iter()
             .map(|c| c.name().to_string())
             .collect();
+        // Counts and sums the kept totals hold are read there; the answer keeps the caller's
+        // column names. Should the rewritten statement not prepare, the caller's runs (a
+        // failed prepare inside a transaction would end it: savepoint around it).
+        let mut statement = sql.to_string();
+        if let Some(kept) = query_kept_totals::rewrite(sql, QueryDialect::Postgres) {
+            sqlx::raw_sql("SAVEPOINT kept_totals")
+                .execute(&mut *conn)
+                .await
+                .map_err(connection_error("query transaction"))?;
+            let prepared = (&mut *conn)
+                .prepare(AssertSqlSafe(kept.clone()).into_sql_str())
+                .await;
+            match prepared {
+                Ok(p) if p.columns().len() == columns.len() => statement = kept,
+                Ok(_) => tracing::warn!(sql, kept, "kept-totals rewrite changed the columns"),
+                Err(e) if crate::db::is_unavailable_sqlx(&e) => return Err(refusal(e)),
+                Err(e) => {
+                    tracing::warn!(sql, kept, "kept-totals rewrite failed: {e}");
+                    sqlx::raw_sql("ROLLBACK TO SAVEPOINT kept_totals")
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(connection_error("query transaction"))?;
+                }
+            }
+        }
         if columns.is_empty() {
             // Run it anyway when it is a write, so the refusal says why; else refuse here.
             sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
@@ -645,7 +685,7 @@ mod postgres {
             ..Answer::default()
         };
         // The simple protocol returns every value as text, which converts to JSON uniformly.
-        let mut rows = sqlx::raw_sql(AssertSqlSafe(sql.to_string())).fetch(&mut *conn);
+        let mut rows = sqlx::raw_sql(AssertSqlSafe(statement)).fetch(&mut *conn);
         while let Some(row) = rows.try_next().await.map_err(refusal)? {
             if answer.rows.len() == max_rows {
                 answer.truncated = true;

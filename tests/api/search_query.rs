@@ -6,7 +6,11 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use custintel::{
     search::SearchIndex,
-    tools::{query, schema, search_customer_context as search, ToolContext, ToolError},
+    tools::{
+        query,
+        query_kept_totals::{rewrite, QueryDialect},
+        schema, search_customer_context as search, ToolContext, ToolError,
+    },
 };
 use entity::{
     change,
@@ -1059,17 +1063,76 @@ db_test!(
                  ORDER BY billing_status",
             )
             .await;
+            // `id IS NOT NULL` names a column the totals do not keep: these read every row.
             let counted = ask(
                 "SELECT billing_status, count(*), CAST(sum(mrr_cents) AS BIGINT) FROM customers \
-                 GROUP BY billing_status ORDER BY billing_status",
+                 WHERE id IS NOT NULL GROUP BY billing_status ORDER BY billing_status",
             )
             .await;
             assert_eq!(kept, counted, "customer totals of {org}");
             assert!(kept.as_array().expect("rows").len() >= 3, "{kept}");
             let kept = ask("SELECT stage, users FROM user_totals ORDER BY stage").await;
-            let counted =
-                ask("SELECT stage, count(*) FROM users GROUP BY stage ORDER BY stage").await;
+            let counted = ask(
+                "SELECT stage, count(*) FROM users WHERE id IS NOT NULL GROUP BY stage \
+                 ORDER BY stage",
+            )
+            .await;
             assert_eq!(kept, counted, "user totals of {org}");
+
+            // Statements svc_query answers from the kept totals give what reading every row
+            // gives: the same columns, values and JSON types.
+            for (answered, condition) in [
+                (
+                    "SELECT billing_status, count(*) AS customers, sum(mrr_cents) AS mrr, \
+                     avg(mrr_cents) FROM customers {where} GROUP BY billing_status \
+                     ORDER BY mrr DESC, 1",
+                    "WHERE id IS NOT NULL",
+                ),
+                (
+                    "SELECT count(*), sum(mrr_cents), count(*) / 2, sum(mrr_cents) / 3, \
+                     avg(mrr_cents), sum(mrr_cents) / 100.0 FROM customers {where}",
+                    "WHERE id IS NOT NULL",
+                ),
+                (
+                    "SELECT count(1) FROM customers c WHERE c.billing_status IN ('PAYING', \
+                     'CHURNED') {and}",
+                    "AND c.id IS NOT NULL",
+                ),
+                (
+                    "SELECT c.billing_status, count(c.id) FROM customers AS c {where} GROUP BY 1 \
+                     HAVING count(*) > 1 ORDER BY 2 DESC, 1",
+                    "WHERE c.id IS NOT NULL",
+                ),
+                (
+                    "SELECT sum(mrr_cents), count(*), avg(mrr_cents) FROM customers \
+                     WHERE billing_status = 'NO SUCH' {and}",
+                    "AND id IS NOT NULL",
+                ),
+                (
+                    "SELECT stage, count(*) AS n FROM users {where} GROUP BY stage \
+                     ORDER BY n DESC, stage LIMIT 2",
+                    "WHERE id IS NOT NULL",
+                ),
+            ] {
+                let fast = answered.replace("{where}", "").replace("{and}", "");
+                let slow = answered
+                    .replace("{where}", condition)
+                    .replace("{and}", condition);
+                let dialect = match app.db.get_database_backend() {
+                    DatabaseBackend::Postgres => QueryDialect::Postgres,
+                    _ => QueryDialect::Sqlite,
+                };
+                assert!(
+                    rewrite(&fast, dialect).is_some(),
+                    "{fast} is answered from totals"
+                );
+                assert!(rewrite(&slow, dialect).is_none(), "{slow} reads every row");
+                let (fast_answer, slow_answer) = (
+                    sql(app, org, json!({ "sql": fast })).await.expect("query"),
+                    sql(app, org, json!({ "sql": slow })).await.expect("query"),
+                );
+                assert_eq!(fast_answer, slow_answer, "{fast}");
+            }
         }
         let totals = sql(
             app,
