@@ -744,6 +744,12 @@ fn cases() -> Vec<Case> {
             json!({"sql": "SELECT billing_status, count(*) AS customers, sum(mrr_cents) AS mrr \
                 FROM customers GROUP BY billing_status ORDER BY mrr DESC"})
         }),
+        tool("svc_query revenue by status, written otherwise", AGGREGATE_MS, "svc_query", |_, _| {
+            json!({"sql": "SELECT c.billing_status AS status, COUNT(1) AS n, \
+                AVG(c.mrr_cents) / 100.0 AS average_dollars FROM customers c \
+                WHERE c.billing_status IN ('PAYING', 'TRIALING', 'CHURNED') GROUP BY 1 \
+                HAVING COUNT(*) > 0 ORDER BY n DESC"})
+        }),
         tool("svc_query customer_totals", AGGREGATE_MS, "svc_query", |_, _| {
             json!({"sql": "SELECT billing_status, customers, mrr_cents AS mrr \
                 FROM customer_totals ORDER BY mrr DESC"})

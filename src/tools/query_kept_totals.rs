@@ -433,6 +433,9 @@ mod tests {
             "SELECT stage, count(*) n FROM users GROUP BY stage ORDER BY n DESC, 1 LIMIT 3",
             "SELECT count(*) * 100 / 7, billing_status FROM customers WHERE billing_status <> 'NONE' GROUP BY billing_status",
             "SELECT sum(mrr_cents) / 100.0, avg(mrr_cents) FROM customers",
+            "SELECT c.billing_status AS status, COUNT(1) AS n, AVG(c.mrr_cents) / 100.0 AS a \
+             FROM customers c WHERE c.billing_status IN ('PAYING', 'TRIALING', 'CHURNED') \
+             GROUP BY 1 HAVING COUNT(*) > 0 ORDER BY n DESC",
         ] {
             let (sqlite, postgres) = both(sql);
             assert!(sqlite.is_some() && postgres.is_some(), "{sql}");
