@@ -291,6 +291,36 @@ pub const VIEWS: &[View] = &[
     },
 ];
 
+/// A view whose rows are counted (and some columns summed) per bucket in a totals view above:
+/// what lets `svc_query` answer such aggregates from the totals (`query_kept_totals`).
+pub struct KeptTotals {
+    pub view: &'static str,
+    pub totals: &'static str,
+    /// The view's column that the totals are per value of (also the totals' column).
+    pub bucket: &'static str,
+    /// The totals' column holding how many rows have that value.
+    pub count: &'static str,
+    /// The view's integer columns whose sums the totals keep, under the same names.
+    pub sums: &'static [&'static str],
+}
+
+pub const KEPT_TOTALS: &[KeptTotals] = &[
+    KeptTotals {
+        view: "customers",
+        totals: "customer_totals",
+        bucket: "billing_status",
+        count: "customers",
+        sums: &["mrr_cents"],
+    },
+    KeptTotals {
+        view: "users",
+        totals: "user_totals",
+        bucket: "stage",
+        count: "users",
+        sums: &[],
+    },
+];
+
 /// Where a column of the `events` view comes from for an event still in the ingest journal
 /// (acknowledged, effects not yet applied): the journal row holds the validated batch as JSON.
 enum Pending {

@@ -58,10 +58,10 @@ against the analytics views (customers, users, workspace_users, facts, sources, 
 billing_history, engagement_sessions, customer_totals, user_totals; see svc_schema for their \
 columns). The views hold only your organization's rows. Counts and revenue by billing \
 status and users by stage are kept current with every change in customer_totals and \
-user_totals: a count(*), sum(mrr_cents) or avg(mrr_cents) of customers (count(*) of users) grouped by \
-billing_status (stage) or not grouped, filtered on that column alone, is answered from them \
-in a few ms; other aggregates read every row. Writes, \
-schema changes, ATTACH, PRAGMA, several statements and reading anything but the views are \
+user_totals: a count(*), sum(mrr_cents) or avg(mrr_cents) of customers (count(*) of users) \
+grouped by billing_status (stage) or not grouped, filtered on that column alone, is answered \
+from them in a few ms; other aggregates read every row. Writes, schema changes, ATTACH, \
+PRAGMA, several statements and reading anything but the views are \
 refused; a statement gets 5 seconds. Returns {columns, rows, rowCount, truncated}: at most \
 maxRows rows (default 1000, up to 10000).";
 
@@ -645,6 +645,16 @@ mod postgres {
             .iter()
             .map(|c| c.name().to_string())
             .collect();
+        if columns.is_empty() {
+            // Run it anyway when it is a write, so the refusal says why; else refuse here.
+            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+                .execute(&mut *conn)
+                .await
+                .map_err(refusal)?;
+            return Err(ToolError::Refused(format!(
+                "{REFUSED_PREFIX}: this statement returns no rows"
+            )));
+        }
         // Counts and sums the kept totals hold are read there; the answer keeps the caller's
         // column names. Should the rewritten statement not prepare, the caller's runs (a
         // failed prepare inside a transaction would end it: savepoint around it).
@@ -669,16 +679,6 @@ mod postgres {
                         .map_err(connection_error("query transaction"))?;
                 }
             }
-        }
-        if columns.is_empty() {
-            // Run it anyway when it is a write, so the refusal says why; else refuse here.
-            sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
-                .execute(&mut *conn)
-                .await
-                .map_err(refusal)?;
-            return Err(ToolError::Refused(format!(
-                "{REFUSED_PREFIX}: this statement returns no rows"
-            )));
         }
         let mut answer = Answer {
             columns,

@@ -17,6 +17,8 @@
 
 use std::ops::ControlFlow;
 
+use super::analytics_views::{quote_ident, KeptTotals, KEPT_TOTALS};
+
 use sqlparser::{
     ast::{
         visit_expressions, visit_expressions_mut, Expr, FunctionArg, FunctionArgExpr,
@@ -33,35 +35,6 @@ pub enum QueryDialect {
     Sqlite,
     Postgres,
 }
-
-/// A view whose rows are counted (and some columns summed) per bucket in a totals view.
-struct KeptTotals {
-    view: &'static str,
-    totals: &'static str,
-    /// The view's column that the totals are per value of (also the totals' column).
-    bucket: &'static str,
-    /// The totals' column holding how many rows have that value.
-    count: &'static str,
-    /// The view's integer columns whose sums the totals keep, under the same names.
-    sums: &'static [&'static str],
-}
-
-const KEPT_TOTALS: &[KeptTotals] = &[
-    KeptTotals {
-        view: "customers",
-        totals: "customer_totals",
-        bucket: "billing_status",
-        count: "customers",
-        sums: &["mrr_cents"],
-    },
-    KeptTotals {
-        view: "users",
-        totals: "user_totals",
-        bucket: "stage",
-        count: "users",
-        sums: &[],
-    },
-];
 
 /// Marks what the rewrite puts in place of an aggregate or the view's name, replaced in the
 /// statement's text at the end; statements that contain it are not rewritten.
@@ -348,7 +321,7 @@ fn kept_aggregate(
         return None;
     };
     let function = name.value.to_ascii_lowercase();
-    let totals_column = |column: &str| format!("{qualifier}.\"{column}\"");
+    let totals_column = |column: &str| format!("{qualifier}.{}", quote_ident(column));
     match (function.as_str(), arg) {
         ("count", FunctionArgExpr::Wildcard) => {}
         ("count", FunctionArgExpr::Expr(Expr::Value(v))) if matches!(&v.value, Value::Number(n, _) if n == "1") =>
