@@ -15,7 +15,8 @@
 //! callers for `--seconds`, each call with a random input of its kind (random customers, most of
 //! them small as in a real book, and the tails in cases of their own). `--with-ingest RATE` sends
 //! that many events per second to the large organization meanwhile. Every case prints its p50
-//! and p99 and the ratio of its p99 to its target.
+//! and p99 and the ratio of its p99 to its target. `--during-import` calls the cases while a
+//! `custintel import` process fills the same database instead ([`beside_import`]).
 
 use std::{
     collections::BTreeMap,
@@ -45,6 +46,8 @@ use crate::{
     state::AppState,
 };
 use entity::{automation, automation_run, billing_change, customer::BillingStatus, event};
+
+mod beside_import;
 
 /// The benchmark's scale, callers and load.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,6 +84,32 @@ pub struct ToolsBenchArgs {
     /// must be the scale that database was loaded with.
     #[arg(long, value_name = "PATH|SCHEMA", conflicts_with = "keep_database")]
     pub reuse: Option<String>,
+    /// Instead of measuring each case on its own, run `custintel import` of a second book of
+    /// the same scale into an organization of its own while the callers call the cases at
+    /// random, and report the import's lines/s and each case's figures over the calls of the
+    /// import's last minute. The imported organization stays in a kept database.
+    #[arg(long)]
+    pub during_import: bool,
+}
+
+/// Where the benchmark's database is, for another process (an import) to open it.
+enum Location {
+    Sqlite(std::path::PathBuf),
+    Postgres { url: String, schema: String },
+}
+
+impl Location {
+    /// The database's `DATABASE_URL` for a `custintel` command (on PostgreSQL with the
+    /// schema as the connection's search path).
+    fn url(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}?mode=rw", path.display()),
+            Self::Postgres { url, schema } => {
+                let joiner = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{joiner}options=-c%20search_path%3D{schema}")
+            }
+        }
+    }
 }
 
 pub(crate) const PLANS: [&str; 3] = ["free", "pro", "enterprise"];
@@ -802,6 +831,20 @@ struct Measured {
     p99: StdDuration,
 }
 
+impl Measured {
+    /// The figures of the calls that answered in `times`, beside `errors` failed ones.
+    fn of(mut times: Vec<StdDuration>, errors: usize, first_error: Option<String>) -> Self {
+        times.sort();
+        Self {
+            calls: times.len(),
+            errors,
+            first_error,
+            p50: percentile(&times, 50.0),
+            p99: percentile(&times, 99.0),
+        }
+    }
+}
+
 async fn measure(
     case: Arc<Case>,
     sample: Arc<Sample>,
@@ -844,14 +887,7 @@ async fn measure(
             first_error = first_error.or(f);
         }
     }
-    times.sort();
-    Measured {
-        calls: times.len(),
-        errors,
-        first_error,
-        p50: percentile(&times, 50.0),
-        p99: percentile(&times, 99.0),
-    }
+    Measured::of(times, errors, first_error)
 }
 
 /// Sends one batch until it is acknowledged (at most 15 minutes): how long that took, in seconds.
@@ -942,10 +978,14 @@ fn spawn_ingest(
 /// Runs the benchmark: loads, serves, measures every case, prints the table and a JSON line.
 pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
     if let Some(kept) = &args.reuse {
-        let (conn, label) = match &args.postgres {
+        let (conn, label, location) = match &args.postgres {
             Some(url) => (
                 crate::db::connect(url, Some(kept)).await?,
                 format!("PostgreSQL ({url}, schema {kept}), reused"),
+                Location::Postgres {
+                    url: url.clone(),
+                    schema: kept.clone(),
+                },
             ),
             None => {
                 let path = std::path::Path::new(kept);
@@ -959,12 +999,14 @@ pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
                         "SQLite (WAL, synchronous=NORMAL), reused from {}",
                         path.display()
                     ),
+                    Location::Sqlite(path.to_path_buf()),
                 )
             }
         };
         crate::db::migrate(&conn).await?;
         let loaded = reuse(&conn).await?;
-        return measure_all(&args, &conn, &label, &loaded).await;
+        let work = tempfile::tempdir()?;
+        return measure_all(&args, &conn, &label, &loaded, &location, work.path()).await;
     }
     let dir = tempfile::tempdir()?;
     let options = BenchOptions {
@@ -974,7 +1016,14 @@ pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
         instances: 1,
     };
     let (conn, label, schema) = bench_ingest::open(&options, dir.path()).await?;
-    let result = run(&args, &conn, &label, dir.path()).await;
+    let location = match (&args.postgres, &schema) {
+        (Some(url), Some(schema)) => Location::Postgres {
+            url: url.clone(),
+            schema: schema.clone(),
+        },
+        _ => Location::Sqlite(dir.path().join("bench.db")),
+    };
+    let result = run(&args, &conn, &label, dir.path(), &location).await;
     match (&schema, args.keep_database) {
         (Some(schema), true) => eprintln!("bench: PostgreSQL schema kept: {schema}"),
         (Some(_), false) => bench_ingest::drop_schema(&options, schema.as_deref()).await?,
@@ -1056,6 +1105,7 @@ async fn run(
     conn: &DatabaseConnection,
     label: &str,
     dir: &std::path::Path,
+    location: &Location,
 ) -> Result<()> {
     let scale = Scale::of(args.customers);
     println!(
@@ -1129,7 +1179,7 @@ async fn run(
         public_key: org.public_key,
         automation_id,
     };
-    measure_all(args, conn, label, &loaded).await
+    measure_all(args, conn, label, &loaded, location, dir).await
 }
 
 /// Serves the loaded database as `custintel serve` does and measures every case.
@@ -1138,6 +1188,8 @@ async fn measure_all(
     conn: &DatabaseConnection,
     label: &str,
     loaded: &LoadedBook,
+    location: &Location,
+    dir: &std::path::Path,
 ) -> Result<()> {
     let scale = Scale::of(args.customers);
     println!("measuring on {label}");
@@ -1261,29 +1313,18 @@ async fn measure_all(
     });
     let ingest_started = Instant::now();
 
-    println!(
-        "{:<48} {:>7} {:>7} {:>9} {:>9} {:>7}  verdict",
-        "case", "target", "calls", "p50 ms", "p99 ms", "p99/t"
-    );
+    let selected: Vec<Arc<Case>> = cases()
+        .into_iter()
+        .filter(|case| {
+            args.only
+                .as_deref()
+                .is_none_or(|only| case.label.contains(only))
+        })
+        .map(Arc::new)
+        .collect();
     let mut summary = Vec::new();
     let mut missed = 0;
-    for case in cases() {
-        if args
-            .only
-            .as_deref()
-            .is_some_and(|only| !case.label.contains(only))
-        {
-            continue;
-        }
-        let case = Arc::new(case);
-        let m = measure(
-            case.clone(),
-            sample.clone(),
-            &client,
-            args.concurrency.max(1),
-            args.seconds,
-        )
-        .await;
+    let mut report = |case: &Case, m: &Measured| {
         let p99_ms = m.p99.as_secs_f64() * 1e3;
         let ratio = p99_ms / case.target_ms;
         let verdict = if m.errors > 0 {
@@ -1315,6 +1356,42 @@ async fn measure_all(
             json!({"case": case.label, "targetMs": case.target_ms, "calls": m.calls,
             "errors": m.errors, "p50Ms": m.p50.as_secs_f64() * 1e3, "p99Ms": p99_ms}),
         );
+    };
+    let header = || {
+        println!(
+            "{:<48} {:>7} {:>7} {:>9} {:>9} {:>7}  verdict",
+            "case", "target", "calls", "p50 ms", "p99 ms", "p99/t"
+        )
+    };
+    if args.during_import {
+        let measured = beside_import::measure(
+            conn,
+            location,
+            dir,
+            scale,
+            &selected,
+            sample.clone(),
+            &client,
+            args.concurrency.max(1),
+        )
+        .await?;
+        header();
+        for (case, m) in selected.iter().zip(&measured) {
+            report(case, m);
+        }
+    } else {
+        header();
+        for case in &selected {
+            let m = measure(
+                case.clone(),
+                sample.clone(),
+                &client,
+                args.concurrency.max(1),
+                args.seconds,
+            )
+            .await;
+            report(case, &m);
+        }
     }
     stop_ingest.store(true, Ordering::Relaxed);
     if let Some(ingest) = ingest {
