@@ -38,8 +38,15 @@ use tokio::sync::{mpsc, oneshot};
 pub use validate::{EventError, MAX_EVENTS_PER_REQUEST};
 
 /// How long a public key's configuration is trusted before it is read again: a key that is
-/// disabled, or a domain that is added, takes effect within this time.
+/// disabled, or a domain that is added, takes effect within this time (and the moment the read
+/// takes) while the database answers.
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+/// How long a request waits for an expired key's configuration to be read again before it
+/// goes on with the one read last.
+const STALE_WAIT: Duration = Duration::from_millis(250);
+/// A read of a key's configuration still under way after this long is no longer waited for:
+/// the next request starts another.
+const REFRESH_GIVEN_UP: Duration = Duration::from_secs(10);
 /// Keys remembered at most; beyond this, expired entries are dropped.
 const KEY_CACHE_MAX: usize = 10_000;
 
@@ -106,6 +113,8 @@ pub struct Tracking {
 struct CachedKey {
     fetched: Instant,
     tracking: Option<Arc<Tracking>>,
+    /// When the read now under way began, if one is.
+    refreshing: Option<Instant>,
 }
 
 /// What an accepted request did.
@@ -175,21 +184,66 @@ impl Ingest {
     }
 
     /// The enabled configuration of a public key, from the cache when fresh.
+    ///
+    /// An expired entry is read again, and the request waits for that read at most
+    /// [`STALE_WAIT`]: past it, or when the read fails (the database is unreachable), the
+    /// configuration read last answers, so that a browser keeps its CORS headers (and can read
+    /// a 503's `Retry-After`) through an outage. Only one read per key is under way at a time;
+    /// requests meanwhile use the configuration read last. A key not read before, or read and
+    /// found unknown, waits for the database.
     pub async fn lookup(&self, public_key: &str) -> Result<Option<Arc<Tracking>>, IngestError> {
         if !public_key.starts_with("pk_") {
             return Ok(None);
         }
-        let previous = {
-            let keys = self.inner.keys.lock().map_err(|_| poisoned())?;
-            match keys.get(public_key) {
+        let stale = {
+            let mut keys = self.inner.keys.lock().map_err(|_| poisoned())?;
+            match keys.get_mut(public_key) {
                 Some(c) if c.fetched.elapsed() < KEY_CACHE_TTL => return Ok(c.tracking.clone()),
-                Some(c) => c.tracking.clone(),
+                Some(c) if c.refreshing.is_some_and(|t| t.elapsed() < REFRESH_GIVEN_UP) => {
+                    return Ok(c.tracking.clone())
+                }
+                // A key known to be unknown is not served stale: the database decides.
+                Some(c) => c
+                    .tracking
+                    .clone()
+                    .inspect(|_| c.refreshing = Some(Instant::now())),
                 None => None,
             }
         };
-        let loaded = load_tracking(&self.inner.db, public_key)
-            .await
-            .map_err(|e| db_error("could not read the tracking configuration", &e))?;
+        let Some(stale) = stale else {
+            return self.refresh(public_key).await;
+        };
+        let this = self.clone();
+        let key = public_key.to_string();
+        let read = tokio::spawn(async move { this.refresh(&key).await });
+        match tokio::time::timeout(STALE_WAIT, read).await {
+            Ok(Ok(Ok(tracking))) => Ok(tracking),
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "tracking configuration not read again; using the last one read");
+                Ok(Some(stale))
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "reading the tracking configuration failed");
+                Ok(Some(stale))
+            }
+            Err(_) => Ok(Some(stale)),
+        }
+    }
+
+    /// Reads a key's configuration from the database and caches it.
+    async fn refresh(&self, public_key: &str) -> Result<Option<Arc<Tracking>>, IngestError> {
+        let loaded = match load_tracking(&self.inner.db, public_key).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                let mut keys = self.inner.keys.lock().map_err(|_| poisoned())?;
+                if let Some(c) = keys.get_mut(public_key) {
+                    c.refreshing = None;
+                }
+                return Err(db_error("could not read the tracking configuration", &e));
+            }
+        };
+        let mut keys = self.inner.keys.lock().map_err(|_| poisoned())?;
+        let previous = keys.get(public_key).and_then(|c| c.tracking.clone());
         let tracking = loaded.map(|(organization_id, domains, rate_limit)| {
             // Keep the allowance already used when the limit did not change.
             let limiter = match &previous {
@@ -203,7 +257,6 @@ impl Ingest {
                 rate_limit,
             })
         });
-        let mut keys = self.inner.keys.lock().map_err(|_| poisoned())?;
         if keys.len() >= KEY_CACHE_MAX {
             keys.retain(|_, c| c.fetched.elapsed() < KEY_CACHE_TTL);
         }
@@ -212,6 +265,7 @@ impl Ingest {
             CachedKey {
                 fetched: Instant::now(),
                 tracking: tracking.clone(),
+                refreshing: None,
             },
         );
         Ok(tracking)

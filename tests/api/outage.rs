@@ -29,7 +29,11 @@ use crate::helpers::check_schema;
 /// a debug build, the test's own clients and PostgreSQL at once, so that scheduling noise does
 /// not fail the test while a hang (such as waiting out a 10 s pool timeout) still does.
 const LIMIT: Duration = Duration::from_millis(2500);
-/// How long PostgreSQL stays stopped.
+/// The organization's tracking domain, and the page a browser client sends from.
+const TRACKING_DOMAIN: &str = "app.outage.example";
+const BROWSER_ORIGIN: &str = "https://app.outage.example";
+/// How long PostgreSQL stays stopped: longer than a public key's configuration is cached, so
+/// that the browser client's key expires during the outage.
 const OUTAGE: Duration = Duration::from_secs(6);
 /// How soon after PostgreSQL accepts connections again each route must succeed again.
 const RECOVERY: Duration = Duration::from_secs(10);
@@ -228,6 +232,9 @@ struct Sample {
     /// 0 when no HTTP answer came (the request failed or timed out).
     status: u16,
     retry_after: Option<String>,
+    /// The `Origin` the request carried, and the `Access-Control-Allow-Origin` answered.
+    origin: Option<&'static str>,
+    allow_origin: Option<String>,
     body: Value,
 }
 
@@ -245,6 +252,8 @@ struct Client {
     http: reqwest::Client,
     base: String,
     api_key: String,
+    /// The `Origin` a browser client's requests carry.
+    origin: Option<&'static str>,
     recorded: Shared,
 }
 
@@ -269,23 +278,29 @@ impl Client {
         if family == "mcp" {
             req = req.header("Accept", "application/json, text/event-stream");
         }
+        if let Some(origin) = self.origin {
+            req = req.header("Origin", origin);
+        }
         if let Some(body) = body {
             req = req.json(&body);
         }
         let started = Instant::now();
-        let (status, retry_after, body) = match req.send().await {
+        let (status, retry_after, allow_origin, body) = match req.send().await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
-                let retry_after = resp
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
+                let header = |name: &str| {
+                    resp.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let retry_after = header("retry-after");
+                let allow_origin = header("access-control-allow-origin");
                 let text = resp.text().await.unwrap_or_default();
                 let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-                (status, retry_after, body)
+                (status, retry_after, allow_origin, body)
             }
-            Err(e) => (0, None, Value::String(e.to_string())),
+            Err(e) => (0, None, None, Value::String(e.to_string())),
         };
         let sample = Sample {
             family,
@@ -295,6 +310,8 @@ impl Client {
             took: started.elapsed(),
             status,
             retry_after,
+            origin: self.origin,
+            allow_origin,
             body,
         };
         if let Ok(mut r) = self.recorded.lock() {
@@ -533,7 +550,7 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
             api_call_limit: None,
             connection_limit: None,
             ingest_rate_limit: Some(100_000),
-            tracking_domains: vec![],
+            tracking_domains: vec![TRACKING_DOMAIN.into()],
         },
     )
     .await
@@ -584,6 +601,8 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
                 http: http.clone(),
                 base: base.clone(),
                 api_key: org.api_key.clone(),
+                // The second ingest client is a browser on the organization's site.
+                origin: (kind == 1).then_some(BROWSER_ORIGIN),
                 recorded: recorded.clone(),
             };
             tokio::spawn(client_loop(
@@ -698,6 +717,20 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
         if s.status == 503 {
             check_unavailable(s);
         }
+        // A browser reads every answer to its site's requests, the outage's 503s (and their
+        // `Retry-After`) too: the key's configuration read last still answers.
+        if let Some(origin) = s.origin {
+            assert_eq!(
+                s.allow_origin.as_deref(),
+                Some(origin),
+                "{} {} at {:.2} s answered {} without CORS headers: {}",
+                s.method,
+                s.route,
+                at(s.started),
+                s.status,
+                s.body
+            );
+        }
     }
     // While PostgreSQL is down, every route answers 503 (and each family was asked). A request
     // still waiting for a connection when PostgreSQL is started again may succeed.
@@ -721,6 +754,16 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
             );
         }
     }
+    // The browser client was answered after its key's cached configuration had expired (at
+    // most KEY_CACHE_TTL after the load began, 3 s before the outage).
+    let late = stopped + OUTAGE - Duration::from_secs(2);
+    assert!(
+        samples.iter().any(|s| s.origin.is_some()
+            && s.status == 503
+            && s.started >= late
+            && s.started + s.took <= restarting),
+        "the browser client had no answer in the outage's last 2 s"
+    );
     // Calls succeed again soon after PostgreSQL is back.
     for family in families {
         let first_ok = samples
