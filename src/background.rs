@@ -72,6 +72,41 @@ pub fn lower_this_threads_priority() {
     }
 }
 
+/// Raises the nice value of every thread of this process to [`NICE`] (threads they start
+/// inherit it): for a process whose whole work can wait for requests, `custintel import` beside
+/// a serving instance. A thread already at NICE or above is left alone.
+pub fn lower_this_process_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(threads) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        for thread in threads.flatten() {
+            let Some(tid) = thread
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<libc::id_t>().ok())
+            else {
+                continue;
+            };
+            // SAFETY: plain system calls on a thread of this process. (getpriority answers -1
+            // for an error too, which is below NICE: the set is then tried and fails alike.)
+            let result = unsafe {
+                if libc::getpriority(libc::PRIO_PROCESS, tid) >= NICE {
+                    continue;
+                }
+                libc::setpriority(libc::PRIO_PROCESS, tid, NICE)
+            };
+            if result != 0 {
+                tracing::debug!(
+                    error = %std::io::Error::last_os_error(),
+                    "could not lower a thread's priority"
+                );
+            }
+        }
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -113,5 +148,54 @@ mod tests {
         assert!(started >= NICE, "thread at nice {started}");
         assert_eq!(this_threads_nice(), before, "the caller's priority changed");
         drop(background);
+    }
+
+    /// Set in the child process of [`a_whole_process_runs_at_the_lower_priority`].
+    const CHILD: &str = "CUSTINTEL_TEST_LOWER_PROCESS";
+
+    /// Threads running before the call and threads started after it run at the lower
+    /// priority. The test runs itself again as a child process, since the change is for the
+    /// whole process and would reach the other tests of this one.
+    #[test]
+    fn a_whole_process_runs_at_the_lower_priority() {
+        if std::env::var_os(CHILD).is_none() {
+            let exe = std::env::current_exe().expect("test executable");
+            let output = std::process::Command::new(exe)
+                .args([
+                    "--exact",
+                    "background::tests::a_whole_process_runs_at_the_lower_priority",
+                    "--nocapture",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .expect("run the test again");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("1 passed"),
+                "the child process failed: {stdout} {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return;
+        }
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let earlier = std::thread::spawn(move || {
+            ready_tx.send(()).expect("ready");
+            go_rx.recv().expect("go");
+            this_threads_nice()
+        });
+        ready_rx.recv().expect("the earlier thread started");
+        lower_this_process_priority();
+        go_tx.send(()).expect("go");
+        let earlier = earlier.join().expect("earlier thread");
+        let later = std::thread::spawn(this_threads_nice)
+            .join()
+            .expect("later thread");
+        assert!(
+            this_threads_nice() >= NICE,
+            "the caller stays at normal priority"
+        );
+        assert!(earlier >= NICE, "a thread started before at nice {earlier}");
+        assert!(later >= NICE, "a thread started after at nice {later}");
     }
 }

@@ -87,7 +87,8 @@ pub struct ToolsBenchArgs {
     /// Instead of measuring each case on its own, run `custintel import` of a second book of
     /// the same scale into an organization of its own while the callers call the cases at
     /// random, and report the import's lines/s and each case's figures over the calls of the
-    /// import's last minute. The imported organization stays in a kept database.
+    /// import's last minute (and of the minute before the import, the same callers without
+    /// it). The imported organization stays in a kept database.
     #[arg(long)]
     pub during_import: bool,
 }

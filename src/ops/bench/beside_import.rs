@@ -7,7 +7,8 @@
 //! An import's last minute is where it writes its last chunks and then refreshes the planner's
 //! statistics (`VACUUM (ANALYZE)` of the tables it filled on PostgreSQL, `ANALYZE` on SQLite):
 //! the figures are those of the calls made in that minute, so they do not depend on how long
-//! the import took.
+//! the import took. The same callers run for a minute before the import starts, and their
+//! figures then are printed first: what the import changed is the difference.
 
 use std::{
     sync::{
@@ -23,8 +24,11 @@ use sea_orm::DatabaseConnection;
 
 use super::{bench_ingest, truncate, write_book, Case, Client, Location, Measured, Sample, Scale};
 
-/// The part of the import the figures are taken from: its end.
+/// The part of the import the figures are taken from: its end; and how long the callers run
+/// before it starts.
 const LAST: StdDuration = StdDuration::from_secs(60);
+/// The start of the callers' minute before the import that is not counted (warm-up).
+const WARM_UP: StdDuration = StdDuration::from_secs(5);
 
 /// One call made while the import ran.
 struct Timed {
@@ -80,6 +84,8 @@ pub(super) async fn measure(
         })
         .collect();
 
+    let callers_started = Instant::now();
+    tokio::time::sleep(LAST).await;
     println!("import beside {concurrency} callers: {lines} lines into the organization {name}");
     let started = Instant::now();
     let import = {
@@ -113,6 +119,29 @@ pub(super) async fn measure(
             truncate(&String::from_utf8_lossy(&output.stderr), 500)
         );
     }
+    let before_from = callers_started + WARM_UP;
+    let before: Vec<&Timed> = calls
+        .iter()
+        .filter(|c| c.started >= before_from && c.started + c.took <= started)
+        .collect();
+    println!(
+        "without the import (the same callers in the {:.0} s before it started): {} calls",
+        (started - before_from).as_secs_f64(),
+        before.len()
+    );
+    println!(
+        "{:<48} {:>7} {:>9} {:>9}",
+        "case", "calls", "p50 ms", "p99 ms"
+    );
+    for (case, m) in cases.iter().zip(figures(cases.len(), &before)) {
+        println!(
+            "{:<48} {:>7} {:>9.2} {:>9.2}",
+            case.label,
+            m.calls,
+            m.p50.as_secs_f64() * 1e3,
+            m.p99.as_secs_f64() * 1e3
+        );
+    }
     let took = (ended - started).as_secs_f64();
     let from = ended.checked_sub(LAST).unwrap_or(started).max(started);
     let in_last: Vec<&Timed> = calls.iter().filter(|c| c.started >= from).collect();
@@ -124,9 +153,14 @@ pub(super) async fn measure(
         in_last.len(),
         (ended - from).as_secs_f64()
     );
-    Ok((0..cases.len())
+    Ok(figures(cases.len(), &in_last))
+}
+
+/// Each case's figures over `calls`, in the order of the cases.
+fn figures(cases: usize, calls: &[&Timed]) -> Vec<Measured> {
+    (0..cases)
         .map(|case| {
-            let of_case = in_last.iter().filter(|c| c.case == case);
+            let of_case = calls.iter().filter(|c| c.case == case);
             let times = of_case
                 .clone()
                 .filter(|c| c.error.is_none())
@@ -135,5 +169,5 @@ pub(super) async fn measure(
             let errors: Vec<&String> = of_case.filter_map(|c| c.error.as_ref()).collect();
             Measured::of(times, errors.len(), errors.first().map(|e| e.to_string()))
         })
-        .collect())
+        .collect()
 }
