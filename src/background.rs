@@ -58,23 +58,15 @@ impl Drop for Background {
 pub fn lower_this_threads_priority() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: plain system calls on the calling thread's own id.
-        let result = unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::setpriority(libc::PRIO_PROCESS, tid, NICE)
-        };
-        if result != 0 {
-            tracing::debug!(
-                error = %std::io::Error::last_os_error(),
-                "could not lower a background thread's priority"
-            );
-        }
+        // SAFETY: a plain system call answering the calling thread's own id.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+        lower_priority(tid);
     }
 }
 
 /// Raises the nice value of every thread of this process to [`NICE`] (threads they start
 /// inherit it): for a process whose whole work can wait for requests, `custintel import` beside
-/// a serving instance. A thread already at NICE or above is left alone.
+/// a serving instance.
 pub fn lower_this_process_priority() {
     #[cfg(target_os = "linux")]
     {
@@ -82,28 +74,34 @@ pub fn lower_this_process_priority() {
             return;
         };
         for thread in threads.flatten() {
-            let Some(tid) = thread
+            if let Some(tid) = thread
                 .file_name()
                 .to_str()
                 .and_then(|t| t.parse::<libc::id_t>().ok())
-            else {
-                continue;
-            };
-            // SAFETY: plain system calls on a thread of this process. (getpriority answers -1
-            // for an error too, which is below NICE: the set is then tried and fails alike.)
-            let result = unsafe {
-                if libc::getpriority(libc::PRIO_PROCESS, tid) >= NICE {
-                    continue;
-                }
-                libc::setpriority(libc::PRIO_PROCESS, tid, NICE)
-            };
-            if result != 0 {
-                tracing::debug!(
-                    error = %std::io::Error::last_os_error(),
-                    "could not lower a thread's priority"
-                );
+            {
+                lower_priority(tid);
             }
         }
+    }
+}
+
+/// Raises thread `tid`'s nice value to [`NICE`]; a thread already at NICE or above is left
+/// alone.
+#[cfg(target_os = "linux")]
+fn lower_priority(tid: libc::id_t) {
+    // SAFETY: plain system calls on a thread of this process. (getpriority answers -1 for an
+    // error too, which is below NICE: the set is then tried and fails alike.)
+    let result = unsafe {
+        if libc::getpriority(libc::PRIO_PROCESS, tid) >= NICE {
+            return;
+        }
+        libc::setpriority(libc::PRIO_PROCESS, tid, NICE)
+    };
+    if result != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "could not lower a thread's priority"
+        );
     }
 }
 

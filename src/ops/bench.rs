@@ -993,14 +993,14 @@ pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
                 if !path.is_file() {
                     bail!("--reuse: no database at {}", path.display());
                 }
+                let location = Location::Sqlite(path.to_path_buf());
                 (
-                    crate::db::connect(&format!("sqlite://{}?mode=rw", path.display()), None)
-                        .await?,
+                    crate::db::connect(&location.url(), None).await?,
                     format!(
                         "SQLite (WAL, synchronous=NORMAL), reused from {}",
                         path.display()
                     ),
-                    Location::Sqlite(path.to_path_buf()),
+                    location,
                 )
             }
         };
