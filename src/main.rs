@@ -102,6 +102,11 @@ enum BenchCommand {
     /// The SQLite messageId window alone, filled to 100 million messages by default: checks/s,
     /// its memory as it fills, repeats and new messages when full, and the time to reopen it.
     Window(custintel::ops::bench_window::WindowBenchArgs),
+    /// `custintel serve` started on a large database (50 million events and, on SQLite, 100
+    /// million messages in the messageId window by default, loaded once and kept): the time to
+    /// `/readyz` 200 and to the first ingest batch acknowledged, that a repeat from before the
+    /// start is dropped, and the process's memory.
+    Startup(custintel::ops::bench::StartupBenchArgs),
     /// How fast SQLite alone takes rows into the events table on this machine (no HTTP, no
     /// identity effects), with and without the messageId dedup index.
     SqliteFloor {
@@ -290,6 +295,7 @@ async fn run_bench(command: BenchCommand, database_url: &str) -> anyhow::Result<
             .await
         }
         BenchCommand::Tools(args) => custintel::ops::bench::tools(args).await,
+        BenchCommand::Startup(args) => custintel::ops::bench::startup(args).await,
         BenchCommand::Import(args) => custintel::ops::bench_import::run(args).await,
         BenchCommand::Automations(args) => custintel::ops::bench_automations::run(args).await,
         BenchCommand::Window(args) => {

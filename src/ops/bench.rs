@@ -48,6 +48,9 @@ use crate::{
 use entity::{automation, automation_run, billing_change, customer::BillingStatus, event};
 
 mod beside_import;
+mod startup;
+
+pub use startup::{startup, StartupBenchArgs};
 
 /// The benchmark's scale, callers and load.
 #[derive(Debug, Clone, clap::Args)]

@@ -12,7 +12,10 @@ use std::{
 
 use chrono::Utc;
 
-use crate::ingest::{dedup::message_key, window::LocalWindow};
+use crate::ingest::{
+    dedup::{message_key, MessageKey},
+    window::LocalWindow,
+};
 
 /// Options of a run.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,7 +54,7 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1_048_576.0
 }
 
-fn key(i: u64) -> crate::ingest::dedup::MessageKey {
+fn key(i: u64) -> MessageKey {
     message_key("bench-organization", &format!("{i:016x}-message"))
 }
 
@@ -71,8 +74,54 @@ pub fn run(args: WindowBenchArgs) -> anyhow::Result<()> {
         "custintel bench window: {n} messages into a 24 h window, groups of {group}, runs in {}",
         dir.display()
     );
-    let rss_start = rss_anon();
     let mut window = LocalWindow::open(&dir, "bench", WINDOW)?;
+    fill(&mut window, n, group, key)?;
+
+    // Repeats of messages spread over the whole window, and messages never sent.
+    let probes = 200_000u64.min(n);
+    let step = (n / probes).max(1);
+    let now = Utc::now();
+    let t = Instant::now();
+    for p in 0..probes {
+        if window.check_and_record(key(p * step), now) {
+            anyhow::bail!("message {} was sent but taken for new", p * step);
+        }
+    }
+    let repeat_us = t.elapsed().as_secs_f64() * 1e6 / probes as f64;
+    let t = Instant::now();
+    for p in 0..probes {
+        window.check_and_record(key(n + 1 + p), now);
+    }
+    let new_us = t.elapsed().as_secs_f64() * 1e6 / probes as f64;
+    println!(
+        "full window: a repeat found in {repeat_us:.1} us (exact keys read from memory or disk), a new message in {new_us:.2} us"
+    );
+    println!(
+        "window before closing: {:.1} MiB",
+        mib(window.memory_bytes() as u64)
+    );
+    drop(window);
+    open_and_report(&dir, "reopened")?;
+    let on_disk: u64 = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    println!("runs on disk: {:.1} MiB", mib(on_disk));
+    Ok(())
+}
+
+/// Sends messages `0..n` (`key` makes each one's key) into `window` in groups of `group`, each
+/// group checked and recorded at one time and followed by a sweep, as the acknowledging writer
+/// does; prints the rate and the memory held ten times along the way. Fails if a message is
+/// taken for a repeat.
+pub(crate) fn fill(
+    window: &mut LocalWindow,
+    n: u64,
+    group: u64,
+    key: impl Fn(u64) -> MessageKey,
+) -> anyhow::Result<()> {
+    let group = group.max(1);
+    let rss_start = rss_anon();
     let started = Instant::now();
     let mut last = (Instant::now(), 0u64);
     let report_every = (n / 10).max(1);
@@ -105,37 +154,6 @@ pub fn run(args: WindowBenchArgs) -> anyhow::Result<()> {
         "filled: {n} messages in {fill_secs:.1} s, {:.0} checks/s",
         n as f64 / fill_secs
     );
-
-    // Repeats of messages spread over the whole window, and messages never sent.
-    let probes = 200_000u64.min(n);
-    let step = (n / probes).max(1);
-    let now = Utc::now();
-    let t = Instant::now();
-    for p in 0..probes {
-        if window.check_and_record(key(p * step), now) {
-            anyhow::bail!("message {} was sent but taken for new", p * step);
-        }
-    }
-    let repeat_us = t.elapsed().as_secs_f64() * 1e6 / probes as f64;
-    let t = Instant::now();
-    for p in 0..probes {
-        window.check_and_record(key(n + 1 + p), now);
-    }
-    let new_us = t.elapsed().as_secs_f64() * 1e6 / probes as f64;
-    println!(
-        "full window: a repeat found in {repeat_us:.1} us (exact keys read from memory or disk), a new message in {new_us:.2} us"
-    );
-    println!(
-        "window before closing: {:.1} MiB",
-        mib(window.memory_bytes() as u64)
-    );
-    drop(window);
-    open_and_report(&dir, "reopened")?;
-    let on_disk: u64 = std::fs::read_dir(&dir)?
-        .filter_map(|e| e.ok()?.metadata().ok())
-        .map(|m| m.len())
-        .sum();
-    println!("runs on disk: {:.1} MiB", mib(on_disk));
     Ok(())
 }
 

@@ -1,0 +1,379 @@
+//! `custintel bench startup`: how soon `custintel serve` answers on a large database. The
+//! database holds one organization with `--events` events (50 million by default, spread over
+//! 30 days, on `--customers` customers imported through `custintel import`) and, on SQLite, a
+//! `messageId` window of `--messages` messages (100 million), filled as the acknowledging writer
+//! fills it. It is loaded once and kept (a SQLite file in `--dir`, or the PostgreSQL schema
+//! `bench_startup`), so later runs measure the start alone.
+//!
+//! `serve` then starts as a process of its own, as an operator starts it, and the run reports
+//! the time to `/readyz` 200, the time to the first ingest batch acknowledged (which waits for
+//! the window to be rebuilt), that a message the window held before the start is still dropped
+//! as a repeat, and the process's resident memory over its first `--watch` seconds.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration as StdDuration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use chrono::Utc;
+use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter};
+use serde_json::json;
+
+use super::{customer_ids, import_book, write_events, Location, Scale};
+use crate::{ingest::dedup::message_key, ops::admin};
+
+/// Options of a run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StartupBenchArgs {
+    /// Events stored in the organization, spread over the last 30 days.
+    #[arg(long, default_value_t = 50_000_000)]
+    pub events: usize,
+    /// Messages in the SQLite `messageId` window (all within its 24 h).
+    #[arg(long, default_value_t = 100_000_000)]
+    pub messages: u64,
+    /// Customers the events belong to (a book of this size goes in through `custintel import`).
+    #[arg(long, default_value_t = 10_000)]
+    pub customers: usize,
+    /// Where the SQLite database and its window are kept (`startup.db` in it); a database
+    /// already there is served again without loading.
+    #[arg(long, default_value = "custintel-bench-startup")]
+    pub dir: PathBuf,
+    /// Load and serve this PostgreSQL database instead (`postgres://...`), in the schema
+    /// `bench_startup`, kept for later runs.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+    /// Seconds to watch the started process's memory after it is ready.
+    #[arg(long, default_value_t = 60)]
+    pub watch: u64,
+}
+
+const ORGANIZATION: &str = "Startup bench";
+const SCHEMA: &str = "bench_startup";
+
+/// The message id of the window's `i`th message.
+fn window_message(i: u64) -> String {
+    format!("startup-{i:016x}")
+}
+
+/// Runs the benchmark and prints its figures.
+pub async fn startup(args: StartupBenchArgs) -> Result<()> {
+    let location = match &args.postgres {
+        Some(url) => {
+            let admin_conn = crate::db::connect(url, None).await?;
+            admin_conn
+                .execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+                .await?;
+            Location::Postgres {
+                url: url.clone(),
+                schema: SCHEMA.into(),
+            }
+        }
+        None => {
+            std::fs::create_dir_all(&args.dir)?;
+            Location::Sqlite(std::fs::canonicalize(&args.dir)?.join("startup.db"))
+        }
+    };
+    let conn = match &location {
+        Location::Postgres { url, schema } => crate::db::connect(url, Some(schema)).await?,
+        // Created when missing.
+        Location::Sqlite(file) => {
+            crate::db::connect(&format!("sqlite://{}?mode=rwc", file.display()), None).await?
+        }
+    };
+    crate::db::migrate(&conn).await?;
+    let (organization_id, public_key) = match loaded(&conn).await? {
+        Some(found) => {
+            println!("custintel bench startup: serving the database loaded earlier");
+            found
+        }
+        None => load(&args, &conn, &location).await?,
+    };
+    let events: u64 = conn
+        .query_one_raw(sea_orm::Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT COUNT(*) FROM events",
+        ))
+        .await?
+        .context("no count")?
+        .try_get_by_index::<i64>(0)? as u64;
+    println!("the database holds {events} events");
+    // The benchmark's own connections stay out of the started process's way.
+    conn.close().await?;
+    serve_and_measure(&args, &location, &organization_id, &public_key).await
+}
+
+/// The organization of a database loaded earlier, with its public (ingest) key.
+async fn loaded(conn: &DatabaseConnection) -> Result<Option<(String, String)>> {
+    let Some(org) = entity::organization::Entity::find()
+        .filter(entity::organization::Column::Name.eq(ORGANIZATION))
+        .one(conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let public_key = entity::tracking_config::Entity::find()
+        .filter(entity::tracking_config::Column::OrganizationId.eq(&org.id))
+        .one(conn)
+        .await?
+        .context("the organization has no public key")?
+        .public_key;
+    Ok(Some((org.id, public_key)))
+}
+
+/// Loads the organization, its customers and events and (SQLite) its window.
+async fn load(
+    args: &StartupBenchArgs,
+    conn: &DatabaseConnection,
+    location: &Location,
+) -> Result<(String, String)> {
+    let org = admin::create_org(
+        conn,
+        admin::NewOrganization {
+            name: ORGANIZATION.into(),
+            plan: admin::Plan::Pro,
+            api_call_limit: None,
+            connection_limit: None,
+            ingest_rate_limit: None,
+            tracking_domains: vec![],
+        },
+    )
+    .await?;
+    let scale = Scale {
+        events: args.events,
+        ..Scale::of(args.customers)
+    };
+    let work = tempfile::tempdir()?;
+    let (lines, took) = import_book(conn, work.path(), &org.organization_id, scale, 11).await?;
+    println!("imported {lines} lines in {took:.1} s");
+    let started = Instant::now();
+    let ids = customer_ids(conn, &org.organization_id, scale.customers).await?;
+    write_events(conn, &org.organization_id, &ids, scale).await?;
+    crate::db::statistics::after_bulk_load(conn, &["events", "billing_history"]).await?;
+    println!(
+        "{} events written in {:.1} s",
+        scale.events,
+        started.elapsed().as_secs_f64()
+    );
+    if let Location::Sqlite(_) = location {
+        // Filled after the events, as a running service's window holds the messages it
+        // acknowledged last; `serve` then replays only the events received after its newest run.
+        let window = crate::ingest::window::for_database(conn, crate::config::dedup_window()?)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (n, org_id) = (args.messages, org.organization_id.clone());
+        println!("filling the messageId window with {n} messages");
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut window = window;
+            crate::ops::bench_window::fill(&mut window, n, 2_000, |i| {
+                message_key(&org_id, &window_message(i))
+            })
+        })
+        .await??;
+    }
+    Ok((org.organization_id, org.public_key))
+}
+
+/// A port free on 127.0.0.1 now.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A field of `/proc/<pid>/status`, in MiB.
+fn status_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Stops the started `serve` when dropped, whatever ended the run.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn serve_and_measure(
+    args: &StartupBenchArgs,
+    location: &Location,
+    organization_id: &str,
+    public_key: &str,
+) -> Result<()> {
+    let port = free_port()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let log_path = match location {
+        Location::Sqlite(file) => file.with_file_name("serve.log"),
+        Location::Postgres { .. } => std::env::temp_dir().join("custintel-bench-startup.log"),
+    };
+    let log = std::fs::File::create(&log_path)?;
+    let started = Instant::now();
+    let served = Served(
+        Command::new(std::env::current_exe()?)
+            .arg("serve")
+            .env("DATABASE_URL", location.url())
+            .env("CUSTINTEL_BIND", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("could not start custintel serve")?,
+    );
+    let pid = served.0.id();
+    let http = reqwest::Client::builder()
+        .timeout(StdDuration::from_secs(60))
+        .build()?;
+    let ready = loop {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status().is_success() {
+                break started.elapsed();
+            }
+        }
+        if started.elapsed() > StdDuration::from_secs(600) {
+            bail!("/readyz did not answer 200 within 10 minutes");
+        }
+        tokio::time::sleep(StdDuration::from_millis(10)).await;
+    };
+    println!(
+        "/readyz 200 after {:.2} s (resident {:.1} MiB, anonymous {:.1} MiB)",
+        ready.as_secs_f64(),
+        status_mib(pid, "VmRSS:"),
+        status_mib(pid, "RssAnon:")
+    );
+
+    // A new message and one the window held before the start, in one batch: the batch is
+    // acknowledged once the window is rebuilt, and only the new message is stored.
+    let fresh = format!("startup-probe-{}", uuid::Uuid::new_v4());
+    let now = Utc::now().timestamp_millis();
+    let event = |message_id: &str| {
+        json!({"type": "custom", "eventName": "startup_probe", "url": "https://app.example.com/",
+               "path": "/", "timestamp": now, "messageId": message_id})
+    };
+    let mut sent = vec![event(&fresh)];
+    let repeat =
+        (args.postgres.is_none() && args.messages > 0).then(|| window_message(args.messages / 2));
+    if let Some(repeat) = &repeat {
+        sent.push(event(repeat));
+    }
+    let body = json!({"visitorId": "00000000-0000-4000-8000-000000000001", "events": sent});
+    let asked = Instant::now();
+    let answer = http
+        .post(format!("{base}/api/i/v1/{public_key}/events"))
+        .json(&body)
+        .send()
+        .await?;
+    let status = answer.status();
+    let text = answer.text().await?;
+    if !status.is_success() {
+        bail!("the first ingest batch was answered {status}: {text}");
+    }
+    println!(
+        "first ingest batch acknowledged after {:.2} s from the start ({:.2} s after it was sent): {text}",
+        started.elapsed().as_secs_f64(),
+        asked.elapsed().as_secs_f64()
+    );
+    if let Some(line) = std::fs::read_to_string(&log_path)?
+        .lines()
+        .find(|l| l.contains("messageId window loaded"))
+    {
+        println!("serve's log: {}", without_colours(line).trim());
+    }
+
+    let conn = match location {
+        Location::Postgres { url, schema } => crate::db::connect(url, Some(schema)).await?,
+        Location::Sqlite(_) => crate::db::connect(&location.url(), None).await?,
+    };
+    let stored = |message_id: String| {
+        let conn = conn.clone();
+        let org = organization_id.to_string();
+        // Only the events received since the start: a primary-key range, not a scan.
+        let since = crate::ids::time_ordered_floor(Utc::now() - chrono::Duration::minutes(10));
+        async move {
+            let row = conn
+                .query_one_raw(sea_orm::Statement::from_sql_and_values(
+                    conn.get_database_backend(),
+                    crate::db::placeholders(
+                        conn.get_database_backend(),
+                        "SELECT COUNT(*) FROM events WHERE id > ? AND organization_id = ? \
+                         AND message_id = ?",
+                    ),
+                    [since.into(), org.into(), message_id.into()],
+                ))
+                .await?
+                .context("no count")?;
+            anyhow::Ok(row.try_get_by_index::<i64>(0)?)
+        }
+    };
+    let applied = loop {
+        if stored(fresh.clone()).await? == 1 {
+            break asked.elapsed();
+        }
+        if asked.elapsed() > StdDuration::from_secs(120) {
+            bail!("the new message was not stored within 2 minutes");
+        }
+        tokio::time::sleep(StdDuration::from_millis(50)).await;
+    };
+    println!(
+        "the new message was stored {:.2} s after it was sent",
+        applied.as_secs_f64()
+    );
+    if let Some(repeat) = repeat {
+        let n = stored(repeat.clone()).await?;
+        if n != 0 {
+            bail!("{repeat}, held by the window before the start, was stored {n} time(s)");
+        }
+        println!("{repeat}, held by the window before the start, was dropped as a repeat");
+    }
+
+    let watch = StdDuration::from_secs(args.watch);
+    let mut peak = (0.0f64, 0.0f64);
+    while started.elapsed() < ready + watch {
+        tokio::time::sleep(StdDuration::from_secs(5)).await;
+        let (rss, anon) = (status_mib(pid, "VmRSS:"), status_mib(pid, "RssAnon:"));
+        peak = (peak.0.max(rss), peak.1.max(anon));
+        println!(
+            "  {:>5.0} s  resident {rss:>7.1} MiB  anonymous {anon:>7.1} MiB",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "over its first {:.0} s: resident at most {:.1} MiB, anonymous at most {:.1} MiB; serve's log in {}",
+        started.elapsed().as_secs_f64(),
+        peak.0,
+        peak.1,
+        log_path.display()
+    );
+    drop(served);
+    Ok(())
+}
+
+/// `line` without its terminal colour sequences (`ESC [ ... m`).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
