@@ -188,7 +188,14 @@ pub(crate) struct LoadResult {
     /// Events acknowledged and applied per second in each stretch of [`SERIES_STEP`], so a
     /// figure that drifts over a long phase shows where.
     pub(crate) series: Vec<(f64, f64)>,
+    /// The seconds (wall clock) in which requests that started took over [`SLOW_REQUEST`]:
+    /// how many, and the longest. A tail shows whether it came from a few stalls (to be
+    /// matched with the database's own log) or from the whole phase.
+    pub(crate) slow_seconds: Vec<(chrono::DateTime<Utc>, usize, Duration)>,
 }
+
+/// What counts as a slow ingest request in [`LoadResult::slow_seconds`] (the target p99).
+const SLOW_REQUEST: Duration = Duration::from_millis(50);
 
 /// The length of one stretch of [`LoadResult::series`].
 const SERIES_STEP: Duration = Duration::from_secs(10);
@@ -435,6 +442,7 @@ pub(crate) async fn drive(
         .unwrap_or_default();
     let urls: Arc<Vec<String>> = Arc::new(urls.to_vec());
     let latencies = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let slow = Arc::new(Mutex::new(Vec::<(chrono::DateTime<Utc>, Duration)>::new()));
     let accepted = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
@@ -442,8 +450,9 @@ pub(crate) async fn drive(
     let deadline = start + Duration::from_secs(seconds);
     let one = {
         let (client, urls, seq, make) = (client.clone(), urls.clone(), seq.clone(), body.clone());
-        let (latencies, accepted, failures, requests) = (
+        let (latencies, slow, accepted, failures, requests) = (
             latencies.clone(),
+            slow.clone(),
             accepted.clone(),
             failures.clone(),
             requests.clone(),
@@ -451,8 +460,9 @@ pub(crate) async fn drive(
         move || {
             let (client, urls, seq, make) =
                 (client.clone(), urls.clone(), seq.clone(), make.clone());
-            let (latencies, accepted, failures, requests) = (
+            let (latencies, slow, accepted, failures, requests) = (
                 latencies.clone(),
+                slow.clone(),
                 accepted.clone(),
                 failures.clone(),
                 requests.clone(),
@@ -461,6 +471,7 @@ pub(crate) async fn drive(
                 let n = seq.fetch_add(1, Ordering::Relaxed);
                 let url = &urls[n as usize % urls.len()];
                 let body = make(n);
+                let sent_at = Utc::now();
                 let t = Instant::now();
                 let result = client
                     .post(url)
@@ -478,6 +489,11 @@ pub(crate) async fn drive(
                 };
                 let elapsed = t.elapsed();
                 requests.fetch_add(1, Ordering::Relaxed);
+                if elapsed > SLOW_REQUEST {
+                    if let Ok(mut s) = slow.lock() {
+                        s.push((sent_at, elapsed));
+                    }
+                }
                 match ok {
                     Some(p) => {
                         accepted.fetch_add(p, Ordering::Relaxed);
@@ -551,7 +567,26 @@ pub(crate) async fn drive(
             / 1e6
             / elapsed.max(1e-9),
         series: series.await.unwrap_or_default(),
+        slow_seconds: by_second(slow.lock().map(|s| s.clone()).unwrap_or_default()),
     }
+}
+
+/// Slow requests grouped by the second they were sent in.
+fn by_second(
+    slow: Vec<(chrono::DateTime<Utc>, Duration)>,
+) -> Vec<(chrono::DateTime<Utc>, usize, Duration)> {
+    let mut seconds: std::collections::BTreeMap<i64, (usize, Duration)> = Default::default();
+    for (at, took) in slow {
+        let second = seconds.entry(at.timestamp()).or_default();
+        second.0 += 1;
+        second.1 = second.1.max(took);
+    }
+    seconds
+        .into_iter()
+        .filter_map(|(second, (n, longest))| {
+            Some((chrono::DateTime::from_timestamp(second, 0)?, n, longest))
+        })
+        .collect()
 }
 
 pub(crate) fn print_load(label: &str, r: &LoadResult) {
@@ -577,6 +612,28 @@ pub(crate) fn print_load(label: &str, r: &LoadResult) {
             stretches.join(" ")
         );
     }
+}
+
+/// Prints [`LoadResult::slow_seconds`] (at most the 12 with the longest requests).
+pub(crate) fn print_slow_seconds(r: &LoadResult) {
+    if r.slow_seconds.is_empty() {
+        println!("  no request took over {} ms", SLOW_REQUEST.as_millis());
+        return;
+    }
+    let mut worst = r.slow_seconds.clone();
+    worst.sort_by_key(|(_, _, longest)| std::cmp::Reverse(*longest));
+    worst.truncate(12);
+    worst.sort_by_key(|(at, _, _)| *at);
+    let shown: Vec<String> = worst
+        .iter()
+        .map(|(at, n, longest)| format!("{} {n} (max {} ms)", at.format("%H:%M:%S"), ms(*longest)))
+        .collect();
+    println!(
+        "  requests over {} ms in {} second(s), by the second they were sent (UTC): {}",
+        SLOW_REQUEST.as_millis(),
+        r.slow_seconds.len(),
+        shown.join(", ")
+    );
 }
 
 /// Waits until the journal is empty and the applier has counted what it applied; answers how
@@ -933,6 +990,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<()> {
     drain(&conn).await?;
     let lag = stats::stats().lag().since(&lag_before);
     print_load("10,000 events/s offered (open loop)", &steady);
+    print_slow_seconds(&steady);
     println!(
         "  effects lag (acknowledgement to applied): p50 <= {} s, p99 <= {} s, mean {:.3} s over {} events",
         lag.quantile_bound(0.50),
