@@ -37,6 +37,7 @@ mod m20261128_050000_trait_value_counts;
 mod m20261128_060000_counts_per_statement;
 mod m20261128_070000_journal_by_organization;
 mod m20261129_010000_name_trigrams_short_pending_list;
+mod m20261129_020000_ingest_tables_keep_their_pages;
 mod postgres_only;
 
 pub struct Migrator;
@@ -80,6 +81,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_060000_counts_per_statement::Migration),
             Box::new(m20261128_070000_journal_by_organization::Migration),
             Box::new(m20261129_010000_name_trigrams_short_pending_list::Migration),
+            Box::new(m20261129_020000_ingest_tables_keep_their_pages::Migration),
         ]
     }
 }

@@ -2,7 +2,8 @@
 //! main file are moved in, rows the applied mark covers are neither applied again nor shown
 //! twice, and two appliers racing for the same batches apply them once. On PostgreSQL, appliers
 //! lease organizations and apply each batch once, and the `messageId` window's claim keys are
-//! those its migration computed.
+//! those its migration computed; maintaining the claims and the journal never holds up the
+//! writers.
 
 use custintel::engine::evaluate::RulesCache;
 use custintel::ingest::{
@@ -344,6 +345,83 @@ async fn claim_keys_match_the_migrations_sql() {
             hex::encode(custintel::ingest::dedup::shared_key_bytes(org, message))
         );
     }
+}
+
+/// PostgreSQL: maintaining the shared claims never holds up the claims themselves. The expiry
+/// does not wait for another instance's vacuum of the table (it skips its own), and a vacuum
+/// leaves the table's emptied pages in place: cutting them off takes the lock every
+/// acknowledging writer's claim waits for. The journal keeps its pages the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_maintenance_never_holds_up_claims() {
+    let Some((db, _tmp)) = crate::helpers::fresh_db(crate::helpers::Backend::Postgres).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let kept = std::time::Duration::from_secs(30);
+    db.execute_unprepared(
+        "INSERT INTO ingest_message_keys (key, first_seen_at) \
+         SELECT decode(md5(g::text), 'hex'), now() - interval '1 hour' \
+         FROM generate_series(1, 20000) AS g",
+    )
+    .await
+    .expect("old claims");
+    let pages = || async {
+        count(
+            &db,
+            "SELECT pg_relation_size('ingest_message_keys') / current_setting('block_size')::bigint",
+        )
+        .await
+    };
+    let before = pages().await;
+    assert!(before > 10, "the claims fill {before} pages");
+
+    // Another instance's vacuum, as far as locks go: the lock a vacuum holds, in a transaction
+    // of another connection.
+    let other = sea_orm::TransactionTrait::begin(&db).await.expect("begin");
+    other
+        .execute_unprepared("LOCK TABLE ingest_message_keys IN SHARE UPDATE EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let expired = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        custintel::ingest::dedup::expire_shared(&db, kept),
+    )
+    .await
+    .expect("the expiry waited for the other vacuum")
+    .expect("expiry");
+    assert_eq!(expired, 20_000);
+    other.commit().await.expect("commit");
+
+    // Now the expiry's vacuum runs, on a table whose every page is empty.
+    custintel::ingest::dedup::expire_shared(&db, kept)
+        .await
+        .expect("expiry");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM ingest_message_keys").await,
+        0
+    );
+    assert_eq!(
+        pages().await,
+        before,
+        "the vacuum cut the claims' emptied pages off"
+    );
+    let journal_options = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT array_to_string(c.reloptions, ',') || ';' \
+                    || coalesce(array_to_string(t.reloptions, ','), '') \
+             FROM pg_class c LEFT JOIN pg_class t ON t.oid = c.reltoastrelid \
+             WHERE c.oid = 'ingest_journal'::regclass",
+        ))
+        .await
+        .expect("query")
+        .expect("row")
+        .try_get_by_index::<String>(0)
+        .expect("options");
+    assert_eq!(
+        journal_options,
+        "vacuum_truncate=false;vacuum_truncate=false"
+    );
 }
 
 /// PostgreSQL: an applier leases one organization at a time. While another transaction holds
