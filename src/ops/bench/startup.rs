@@ -88,8 +88,11 @@ pub async fn startup(args: StartupBenchArgs) -> Result<()> {
             println!("custintel bench startup: serving the database loaded earlier");
             found
         }
-        None => load(&args, &conn, &location).await?,
+        None => load(&args, &conn).await?,
     };
+    if let Location::Sqlite(_) = location {
+        fill_window(&conn, &organization_id, args.messages).await?;
+    }
     let events: u64 = conn
         .query_one_raw(sea_orm::Statement::from_string(
             conn.get_database_backend(),
@@ -122,12 +125,8 @@ async fn loaded(conn: &DatabaseConnection) -> Result<Option<(String, String)>> {
     Ok(Some((org.id, public_key)))
 }
 
-/// Loads the organization, its customers and events and (SQLite) its window.
-async fn load(
-    args: &StartupBenchArgs,
-    conn: &DatabaseConnection,
-    location: &Location,
-) -> Result<(String, String)> {
+/// Loads the organization, its customers and events.
+async fn load(args: &StartupBenchArgs, conn: &DatabaseConnection) -> Result<(String, String)> {
     let org = admin::create_org(
         conn,
         admin::NewOrganization {
@@ -156,23 +155,37 @@ async fn load(
         scale.events,
         started.elapsed().as_secs_f64()
     );
-    if let Location::Sqlite(_) = location {
-        // Filled after the events, as a running service's window holds the messages it
-        // acknowledged last; `serve` then replays only the events received after its newest run.
-        let window = crate::ingest::window::for_database(conn, crate::config::dedup_window()?)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (n, org_id) = (args.messages, org.organization_id.clone());
-        println!("filling the messageId window with {n} messages");
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut window = window;
-            crate::ops::bench_window::fill(&mut window, n, 2_000, |i| {
-                message_key(&org_id, &window_message(i))
-            })
-        })
-        .await??;
-    }
     Ok((org.organization_id, org.public_key))
+}
+
+/// Fills the SQLite window with `messages` messages of the organization, unless it holds runs
+/// already (a run that stopped while writing events fills it on the next start). Filled after
+/// the events, as a running service's window holds the messages it acknowledged last; `serve`
+/// then replays only the events received after its newest run.
+async fn fill_window(
+    conn: &DatabaseConnection,
+    organization_id: &str,
+    messages: u64,
+) -> Result<()> {
+    let window = crate::ingest::window::for_database(conn, crate::config::dedup_window()?)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if window.run_count() > 0 {
+        println!(
+            "the messageId window holds {} runs already",
+            window.run_count()
+        );
+        return Ok(());
+    }
+    let org = organization_id.to_string();
+    println!("filling the messageId window with {messages} messages");
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut window = window;
+        crate::ops::bench_window::fill(&mut window, messages, 2_000, |i| {
+            message_key(&org, &window_message(i))
+        })
+    })
+    .await?
 }
 
 /// A port free on 127.0.0.1 now.
