@@ -22,7 +22,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Que
 use serde_json::json;
 
 use super::{customer_ids, import_book, write_events, Location, Scale};
-use crate::{ingest::dedup::message_key, ops::admin};
+use crate::ingest::dedup::message_key;
 
 /// Options of a run.
 #[derive(Debug, Clone, clap::Args)]
@@ -127,18 +127,7 @@ async fn loaded(conn: &DatabaseConnection) -> Result<Option<(String, String)>> {
 
 /// Loads the organization, its customers and events.
 async fn load(args: &StartupBenchArgs, conn: &DatabaseConnection) -> Result<(String, String)> {
-    let org = admin::create_org(
-        conn,
-        admin::NewOrganization {
-            name: ORGANIZATION.into(),
-            plan: admin::Plan::Pro,
-            api_call_limit: None,
-            connection_limit: None,
-            ingest_rate_limit: None,
-            tracking_domains: vec![],
-        },
-    )
-    .await?;
+    let org = crate::ops::bench_ingest::create_org(conn, ORGANIZATION, 1_000_000).await?;
     let scale = Scale {
         events: args.events,
         ..Scale::of(args.customers)
