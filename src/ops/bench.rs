@@ -1083,12 +1083,7 @@ async fn reuse(conn: &DatabaseConnection) -> Result<LoadedBook> {
         .await?
         .context("--reuse: the database has no organization named Bench")?;
     let key = admin::create_key(conn, &org.id, Some("bench".into()), false).await?;
-    let public_key = entity::tracking_config::Entity::find()
-        .filter(entity::tracking_config::Column::OrganizationId.eq(&org.id))
-        .one(conn)
-        .await?
-        .context("--reuse: the organization has no public key")?
-        .public_key;
+    let public_key = public_key_of(conn, &org.id).await.context("--reuse")?;
     let automation_id = automation::Entity::find()
         .filter(automation::Column::OrganizationId.eq(&org.id))
         .filter(automation::Column::Key.eq("bench-runs"))
@@ -1102,6 +1097,16 @@ async fn reuse(conn: &DatabaseConnection) -> Result<LoadedBook> {
         public_key,
         automation_id,
     })
+}
+
+/// The public (ingest) key of an organization a benchmark created earlier.
+async fn public_key_of(conn: &DatabaseConnection, organization_id: &str) -> Result<String> {
+    Ok(entity::tracking_config::Entity::find()
+        .filter(entity::tracking_config::Column::OrganizationId.eq(organization_id))
+        .one(conn)
+        .await?
+        .context("the organization has no public key")?
+        .public_key)
 }
 
 async fn run(

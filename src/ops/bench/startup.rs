@@ -21,7 +21,7 @@ use chrono::Utc;
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::json;
 
-use super::{customer_ids, import_book, write_events, Location, Scale};
+use super::{customer_ids, import_book, public_key_of, write_events, Location, Scale};
 use crate::ingest::dedup::message_key;
 
 /// Options of a run.
@@ -90,9 +90,18 @@ pub async fn startup(args: StartupBenchArgs) -> Result<()> {
         }
         None => load(&args, &conn).await?,
     };
-    if let Location::Sqlite(_) = location {
-        fill_window(&conn, &organization_id, args.messages).await?;
+    if let Location::Sqlite(file) = &location {
+        fill_window(&conn, file, &organization_id, args.messages).await?;
     }
+    // The benchmark's own connections stay out of the started process's way.
+    conn.close().await?;
+    serve_and_measure(&args, &location, &organization_id, &public_key).await?;
+    // Counted after the start, so that reading the events does not bring their pages into
+    // the cache before `serve` starts.
+    let conn = match &location {
+        Location::Postgres { url, schema } => crate::db::connect(url, Some(schema)).await?,
+        Location::Sqlite(_) => crate::db::connect(&location.url(), None).await?,
+    };
     let events: u64 = conn
         .query_one_raw(sea_orm::Statement::from_string(
             conn.get_database_backend(),
@@ -101,10 +110,8 @@ pub async fn startup(args: StartupBenchArgs) -> Result<()> {
         .await?
         .context("no count")?
         .try_get_by_index::<i64>(0)? as u64;
-    println!("the database holds {events} events");
-    // The benchmark's own connections stay out of the started process's way.
-    conn.close().await?;
-    serve_and_measure(&args, &location, &organization_id, &public_key).await
+    println!("the database held {events} events");
+    Ok(())
 }
 
 /// The organization of a database loaded earlier, with its public (ingest) key.
@@ -116,12 +123,7 @@ async fn loaded(conn: &DatabaseConnection) -> Result<Option<(String, String)>> {
     else {
         return Ok(None);
     };
-    let public_key = entity::tracking_config::Entity::find()
-        .filter(entity::tracking_config::Column::OrganizationId.eq(&org.id))
-        .one(conn)
-        .await?
-        .context("the organization has no public key")?
-        .public_key;
+    let public_key = public_key_of(conn, &org.id).await?;
     Ok(Some((org.id, public_key)))
 }
 
@@ -153,19 +155,25 @@ async fn load(args: &StartupBenchArgs, conn: &DatabaseConnection) -> Result<(Str
 /// then replays only the events received after its newest run.
 async fn fill_window(
     conn: &DatabaseConnection,
+    database_file: &std::path::Path,
     organization_id: &str,
     messages: u64,
 ) -> Result<()> {
+    // Runs on disk are seen without opening the window, whose opening reads them all (and
+    // would bring them into the cache before `serve` starts).
+    let dir = crate::db::beside(database_file, "window");
+    let has_runs = std::fs::read_dir(&dir).is_ok_and(|entries| {
+        entries
+            .filter_map(|e| e.ok())
+            .any(|e| e.path().extension().is_some_and(|x| x == "run"))
+    });
+    if has_runs {
+        println!("the messageId window holds runs already");
+        return Ok(());
+    }
     let window = crate::ingest::window::for_database(conn, crate::config::dedup_window()?)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    if window.run_count() > 0 {
-        println!(
-            "the messageId window holds {} runs already",
-            window.run_count()
-        );
-        return Ok(());
-    }
     let org = organization_id.to_string();
     println!("filling the messageId window with {messages} messages");
     tokio::task::spawn_blocking(move || -> Result<()> {
@@ -228,6 +236,8 @@ async fn serve_and_measure(
             .env("DATABASE_URL", location.url())
             .env("CUSTINTEL_BIND", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info")
+            // A plain log, read back below.
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -291,7 +301,7 @@ async fn serve_and_measure(
         .lines()
         .find(|l| l.contains("messageId window loaded"))
     {
-        println!("serve's log: {}", without_colours(line).trim());
+        println!("serve's log: {}", line.trim());
     }
 
     let conn = match location {
@@ -360,22 +370,4 @@ async fn serve_and_measure(
     );
     drop(served);
     Ok(())
-}
-
-/// `line` without its terminal colour sequences (`ESC [ ... m`).
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
