@@ -75,7 +75,8 @@ pub fn openapi_value() -> Value {
         agents: Default::default(),
         name_trigrams: Default::default(),
     };
-    openapi_document(&api::service(state).spec())
+    let ingest = crate::ingest::Ingest::configured(state.db.clone());
+    openapi_document(&api::service(state, ingest).spec())
 }
 
 /// `openapi.yaml` as committed.
@@ -93,12 +94,21 @@ fn healthz() -> Json<Value> {
 /// the wait first).
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1500);
 
-/// Readiness: 200 while the database answers, 503 `{error}` while it cannot be reached, so a
-/// load balancer sends no traffic to an instance that would fail it. (`/healthz` is liveness:
-/// the process answers, whatever the database does.)
+/// Readiness: 200 while the database answers and the ingest writer has loaded its `messageId`
+/// window; 503 `{error}` otherwise, so a load balancer sends no traffic to an instance that
+/// would fail it or keep it waiting. (`/healthz` is liveness: the process answers, whatever the
+/// database does.)
 #[handler]
-async fn readyz(db: poem::web::Data<&sea_orm::DatabaseConnection>) -> Response {
+async fn readyz(
+    db: poem::web::Data<&sea_orm::DatabaseConnection>,
+    ingest: poem::web::Data<&crate::ingest::Ingest>,
+) -> Response {
     match tokio::time::timeout(READY_TIMEOUT, db.ping()).await {
+        Ok(Ok(())) if !ingest.window_loaded() => {
+            // Started here too, for an application served without `serve_until`.
+            ingest.start();
+            not_ready("the messageId window is loading")
+        }
         Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness check: the database cannot be reached");
@@ -161,13 +171,19 @@ async fn json_error(err: poem::Error) -> Response {
 
 /// The whole application: typed API, description, docs UI and health check.
 pub fn app(state: crate::state::AppState) -> impl Endpoint {
+    let ingest = crate::ingest::Ingest::configured(state.db.clone());
+    app_with(state, ingest)
+}
+
+/// The application around an Ingest API the caller holds (and may have started).
+fn app_with(state: crate::state::AppState, ingest: crate::ingest::Ingest) -> impl Endpoint {
     let connect_page = get(api::connect_page::show)
         .post(api::connect_page::submit)
         .data(state.clone());
     let mcp = crate::http::mcp::endpoint(state.clone());
-    let ready = get(readyz).data(state.db.clone());
+    let ready = get(readyz).data(state.db.clone()).data(ingest.clone());
     let metrics = get(metrics_text).data(state.clone());
-    let service = api::service(state);
+    let service = api::service(state, ingest);
     let doc = openapi_document(&service.spec());
     // The request body contracts come from this description: built before the first request.
     let bodies = crate::http::body_contract::prepare(&doc);
@@ -253,6 +269,10 @@ pub async fn serve_until(
         state.public_url = format!("http://{addr}");
     }
     on_bound(addr);
+    // The messageId window loads while the rest starts: the instance is ready (and takes
+    // batches at once) when it is loaded.
+    let ingest = crate::ingest::Ingest::configured(state.db.clone());
+    ingest.start();
     let workers = crate::workers::Workers::start(&state).await?;
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new
     // connections, requests in flight answered after their commits, then what was
@@ -260,7 +280,7 @@ pub async fn serve_until(
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
     let served = Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(
-            app(state),
+            app_with(state, ingest),
             async move {
                 stop.await;
                 tracing::info!("shutting down: answering requests in flight");

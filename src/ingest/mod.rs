@@ -20,7 +20,10 @@ pub mod writer;
 use std::{
     collections::HashMap,
     num::NonZeroU32,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, OnceLock,
+    },
     time::{Duration, Instant},
 };
 
@@ -136,6 +139,9 @@ struct Inner {
     /// The `messageId` de-duplication window.
     window: Duration,
     writer: OnceLock<mpsc::Sender<writer::Job>>,
+    /// Set by the writer once its `messageId` window is loaded: until then batches wait in its
+    /// queue, and the instance does not call itself ready.
+    window_loaded: Arc<AtomicBool>,
     keys: Mutex<HashMap<String, CachedKey>>,
     /// Requests with keys that name no enabled configuration share one default allowance.
     unknown_keys: Limiter,
@@ -177,10 +183,43 @@ impl Ingest {
                 db,
                 window,
                 writer: OnceLock::new(),
+                window_loaded: Arc::new(AtomicBool::new(false)),
                 keys: Mutex::new(HashMap::new()),
                 unknown_keys: limiter(DEFAULT_RATE_LIMIT as u32),
             }),
         }
+    }
+
+    /// The Ingest API over `db` with the window configured for this process
+    /// (`CUSTINTEL_DEDUP_WINDOW`, or the default).
+    pub fn configured(db: DatabaseConnection) -> Self {
+        Self::new(
+            db,
+            crate::config::dedup_window().unwrap_or(dedup::DEFAULT_WINDOW),
+        )
+    }
+
+    /// Starts the writer, which loads the `messageId` window, if it has not started yet. The
+    /// server calls it at start, so the window is loading before the first batch comes.
+    pub fn start(&self) {
+        self.writer();
+    }
+
+    /// Whether batches are taken at once: the writer has loaded its `messageId` window. Before
+    /// that they wait in its queue (a start on a long window takes seconds), so readiness
+    /// waits for it too.
+    pub fn window_loaded(&self) -> bool {
+        self.inner.window_loaded.load(Ordering::Acquire)
+    }
+
+    fn writer(&self) -> &mpsc::Sender<writer::Job> {
+        self.inner.writer.get_or_init(|| {
+            writer::spawn(
+                self.inner.db.clone(),
+                self.inner.window,
+                self.inner.window_loaded.clone(),
+            )
+        })
     }
 
     /// The enabled configuration of a public key, from the cache when fresh.
@@ -297,10 +336,7 @@ impl Ingest {
             0
         } else {
             let (reply, answer) = oneshot::channel();
-            let writer = self
-                .inner
-                .writer
-                .get_or_init(|| writer::spawn(self.inner.db.clone(), self.inner.window));
+            let writer = self.writer();
             // Encoded here, on the request's task, in parallel with other requests: the one
             // writer task then only writes the text.
             let encoded = journal::encode(&batch).ok();

@@ -4,7 +4,14 @@
 //! commit serves many requests; nothing is acknowledged before it is durable; the effects
 //! follow behind (see `applier`, which finds the journaled batches by itself).
 
-use std::{collections::HashSet, sync::atomic::Ordering::Relaxed, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicBool, Ordering, Ordering::Relaxed},
+        Arc,
+    },
+    time::Duration,
+};
 
 use chrono::Utc;
 use sea_orm::{DatabaseConnection, DbBackend, DbErr};
@@ -102,13 +109,23 @@ enum Repeats {
 }
 
 /// Starts the writer task on the current runtime; it ends when every sender is dropped.
-pub fn spawn(db: DatabaseConnection, window: Duration) -> mpsc::Sender<Job> {
+/// `loaded` is set once the `messageId` window is loaded and batches are taken.
+pub fn spawn(
+    db: DatabaseConnection,
+    window: Duration,
+    loaded: Arc<AtomicBool>,
+) -> mpsc::Sender<Job> {
     let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
-    tokio::spawn(run(db, rx, window));
+    tokio::spawn(run(db, rx, window, loaded));
     tx
 }
 
-async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Duration) {
+async fn run(
+    db: DatabaseConnection,
+    mut rx: mpsc::Receiver<Job>,
+    window: Duration,
+    loaded: Arc<AtomicBool>,
+) {
     // Requests wait (in the queue) until the journal is open and the window rebuilt.
     let mut delay = Duration::from_millis(200);
     let journal = loop {
@@ -171,6 +188,7 @@ async fn run(db: DatabaseConnection, mut rx: mpsc::Receiver<Job>, window: Durati
             Repeats::Memory(memory)
         }
     };
+    loaded.store(true, Ordering::Release);
     // Until when batches are refused without trying, after the database was found unreachable.
     let mut unreachable_until: Option<std::time::Instant> = None;
     while let Some(first) = rx.recv().await {

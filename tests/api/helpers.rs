@@ -75,8 +75,6 @@ pub async fn fresh_db(backend: Backend) -> Option<(DatabaseConnection, Option<te
     Some((db, tmp))
 }
 
-/// The state a server would get, over a fresh database, with no server (and so no background
-/// task such as the ingest applier) running.
 /// A Pro organization tracking `localhost`, created straight in the database.
 pub async fn org_in(db: &DatabaseConnection, name: &str) -> CreatedOrganization {
     admin::create_org(
@@ -94,6 +92,8 @@ pub async fn org_in(db: &DatabaseConnection, name: &str) -> CreatedOrganization 
     .expect("create org")
 }
 
+/// The state a server would get, over a fresh database, with no server (and so no background
+/// task such as the ingest applier) running.
 pub async fn state_without_server(
     backend: Backend,
 ) -> Option<(AppState, Option<tempfile::TempDir>)> {

@@ -287,7 +287,11 @@ async fn a_repeat_set_aside_in_a_failed_group_is_written_when_its_first_copy_fai
 
     // Both jobs wait in the queue before the writer first runs (one thread), so they form one
     // group, in this order: the first batch has `shared` first.
-    let jobs = writer::spawn(db.clone(), std::time::Duration::from_secs(3600));
+    let jobs = writer::spawn(
+        db.clone(),
+        std::time::Duration::from_secs(3600),
+        Default::default(),
+    );
     let mut answers = Vec::new();
     for ids in [&["shared", "a1", "a2"][..], &["shared", "b1"][..]] {
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -348,7 +352,8 @@ async fn claim_keys_match_the_migrations_sql() {
 }
 
 /// PostgreSQL: maintaining the shared claims never holds up the claims themselves. The expiry
-/// does not wait for another instance's vacuum of the table (it skips its own), and a vacuum
+/// does not wait for another instance's vacuum of the table (it skips its own) nor for another
+/// instance's expiry (it leaves the claims to it), and a vacuum
 /// leaves the table's emptied pages in place: cutting them off takes the lock every
 /// acknowledging writer's claim waits for. The journal keeps its pages the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,6 +427,36 @@ async fn claims_maintenance_never_holds_up_claims() {
         journal_options,
         "vacuum_truncate=false;vacuum_truncate=false"
     );
+
+    // While another instance's expiry runs (its lock held here), this one leaves the claims to
+    // it at once instead of waiting for its row locks.
+    db.execute_unprepared(
+        "INSERT INTO ingest_message_keys (key, first_seen_at) \
+         SELECT decode(md5('again' || g::text), 'hex'), now() - interval '1 hour' \
+         FROM generate_series(1, 100) AS g",
+    )
+    .await
+    .expect("more old claims");
+    let other = sea_orm::TransactionTrait::begin(&db).await.expect("begin");
+    other
+        .execute_unprepared(
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.ingest_claims_expiry'))",
+        )
+        .await
+        .expect("the expiry's lock");
+    let skipped = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        custintel::ingest::dedup::expire_shared(&db, kept),
+    )
+    .await
+    .expect("the expiry waited for the other instance's")
+    .expect("expiry");
+    assert_eq!(skipped, 0, "the other instance's expiry removes them");
+    other.commit().await.expect("commit");
+    let expired = custintel::ingest::dedup::expire_shared(&db, kept)
+        .await
+        .expect("expiry");
+    assert_eq!(expired, 100, "the next expiry takes its turn");
 }
 
 /// PostgreSQL: an applier leases one organization at a time. While another transaction holds

@@ -17,6 +17,11 @@ async fn get(app: &TestApp, path: &str) -> (StatusCode, Value) {
 }
 
 crate::db_test!(readyz_follows_the_database, |app: TestApp| async move {
+    // Ready once the messageId window is loaded, at once on an empty database.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while get(&app, "/readyz").await.0 != StatusCode::OK && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert_eq!(
         get(&app, "/readyz").await,
         (StatusCode::OK, json!({"status": "ready"}))
@@ -249,3 +254,119 @@ crate::db_test!(
         crate::snap!("database_outage_503_bodies", Value::Object(answers));
     }
 );
+
+/// Until its `messageId` window is loaded, an instance takes no batch at once (they wait in
+/// the writer's queue), so it does not call itself ready: a load balancer keeps sending to the
+/// instances that are. The load is held back here (SQLite: a file where the window's directory
+/// goes; PostgreSQL: the journal table locked), then let go.
+async fn readyz_waits_for_the_message_window(backend: crate::helpers::Backend) {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let org = crate::helpers::org_in(&state.db, "Window Co").await;
+    let mut blocker = None;
+    let mut held_lock = None;
+    match custintel::db::sqlite_file(&state.db).await.expect("file") {
+        Some(file) => {
+            let path = custintel::db::beside(&file, "window");
+            std::fs::write(&path, b"not a directory").expect("block the window's directory");
+            blocker = Some(path);
+        }
+        None => {
+            let txn = state.db.begin().await.expect("a transaction");
+            txn.execute_unprepared("LOCK TABLE ingest_journal IN ACCESS EXCLUSIVE MODE")
+                .await
+                .expect("lock the journal");
+            held_lock = Some(txn);
+        }
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(custintel::http::server::serve(
+        state.clone(),
+        "127.0.0.1:0",
+        move |addr| {
+            let _ = tx.send(addr);
+        },
+    ));
+    let base = format!("http://{}", rx.await.expect("bound address"));
+    let client = reqwest::Client::new();
+    let readyz = || async {
+        let r = client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        let status = r.status();
+        let retry_after = r.headers().get("retry-after").cloned();
+        (status, retry_after, r.json::<Value>().await.expect("json"))
+    };
+    for _ in 0..5 {
+        let (status, retry_after, body) = readyz().await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body, json!({"error": "the messageId window is loading"}));
+        assert!(retry_after.is_some(), "a 503 says when to retry");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let health = client.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK, "live while not ready");
+
+    // A batch sent meanwhile waits, and is acknowledged once the window is loaded.
+    let batch = tokio::spawn({
+        let client = client.clone();
+        let url = format!("{base}/api/i/v1/{}/events", org.public_key);
+        async move {
+            client
+                .post(url)
+                .json(&json!({
+                    "visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11",
+                    "events": [{
+                        "type": "pageview",
+                        "url": "https://app.example.com/pricing",
+                        "path": "/pricing",
+                        "messageId": "m-window-1"
+                    }]
+                }))
+                .send()
+                .await
+                .expect("batch")
+                .status()
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !batch.is_finished(),
+        "no batch is taken before the window is loaded"
+    );
+
+    if let Some(path) = blocker {
+        std::fs::remove_file(path).expect("unblock the window's directory");
+    }
+    drop(held_lock);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, _, body) = readyz().await;
+        if status == StatusCode::OK {
+            assert_eq!(body, json!({"status": "ready"}));
+            break;
+        }
+        assert_eq!(body, json!({"error": "the messageId window is loading"}));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready 10 s after the window could load"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(batch.await.expect("batch task"), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_message_window_sqlite() {
+    readyz_waits_for_the_message_window(crate::helpers::Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_message_window_postgres() {
+    readyz_waits_for_the_message_window(crate::helpers::Backend::Postgres).await;
+}

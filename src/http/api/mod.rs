@@ -122,7 +122,7 @@ pub type Apis = (
 );
 
 /// The OpenAPI service for every typed route.
-pub fn service(state: AppState) -> OpenApiService<Apis, ()> {
+pub fn service(state: AppState, ingest: crate::ingest::Ingest) -> OpenApiService<Apis, ()> {
     OpenApiService::new(
         (
             keys::KeysApi {
@@ -149,12 +149,7 @@ pub fn service(state: AppState) -> OpenApiService<Apis, ()> {
             webhooks::WebhooksApi {
                 state: state.clone(),
             },
-            ingest::IngestApi {
-                ingest: crate::ingest::Ingest::new(
-                    state.db.clone(),
-                    crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW),
-                ),
-            },
+            ingest::IngestApi { ingest },
             tools::ToolsApi { state },
         ),
         "custintel",

@@ -6,8 +6,8 @@
 //! `bench_startup`), so later runs measure the start alone.
 //!
 //! `serve` then starts as a process of its own, as an operator starts it, and the run reports
-//! the time to `/readyz` 200, the time to the first ingest batch acknowledged (which waits for
-//! the window to be rebuilt), that a message the window held before the start is still dropped
+//! the time to `/readyz` 200 (which waits for the database and for the window to be loaded),
+//! the time to the first ingest batch acknowledged after it, that a message the window held before the start is still dropped
 //! as a repeat, and the process's resident memory over its first `--watch` seconds.
 
 use std::{
