@@ -75,8 +75,17 @@ pub fn openapi_value() -> Value {
         agents: Default::default(),
         name_trigrams: Default::default(),
     };
-    let ingest = crate::ingest::Ingest::configured(state.db.clone());
+    let ingest = configured_ingest(&state.db);
     openapi_document(&api::service(state, ingest).spec())
+}
+
+/// The Ingest API over `db` with this process's `messageId` window (`CUSTINTEL_DEDUP_WINDOW`,
+/// or the default).
+fn configured_ingest(db: &sea_orm::DatabaseConnection) -> crate::ingest::Ingest {
+    crate::ingest::Ingest::new(
+        db.clone(),
+        crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW),
+    )
 }
 
 /// `openapi.yaml` as committed.
@@ -171,7 +180,7 @@ async fn json_error(err: poem::Error) -> Response {
 
 /// The whole application: typed API, description, docs UI and health check.
 pub fn app(state: crate::state::AppState) -> impl Endpoint {
-    let ingest = crate::ingest::Ingest::configured(state.db.clone());
+    let ingest = configured_ingest(&state.db);
     app_with(state, ingest)
 }
 
@@ -271,7 +280,7 @@ pub async fn serve_until(
     on_bound(addr);
     // The messageId window loads while the rest starts: the instance is ready (and takes
     // batches at once) when it is loaded.
-    let ingest = crate::ingest::Ingest::configured(state.db.clone());
+    let ingest = configured_ingest(&state.db);
     ingest.start();
     let workers = crate::workers::Workers::start(&state).await?;
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new

@@ -190,15 +190,6 @@ impl Ingest {
         }
     }
 
-    /// The Ingest API over `db` with the window configured for this process
-    /// (`CUSTINTEL_DEDUP_WINDOW`, or the default).
-    pub fn configured(db: DatabaseConnection) -> Self {
-        Self::new(
-            db,
-            crate::config::dedup_window().unwrap_or(dedup::DEFAULT_WINDOW),
-        )
-    }
-
     /// Starts the writer, which loads the `messageId` window, if it has not started yet. The
     /// server calls it at start, so the window is loading before the first batch comes.
     pub fn start(&self) {
