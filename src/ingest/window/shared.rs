@@ -111,9 +111,7 @@ impl SharedWindow {
         window: Duration,
         timing: SharedTiming,
     ) -> Result<Self, DbErr> {
-        let identity = database_identity(db).await?;
-        let (dir, lock) = claim_directory(&base_directory(), &identity)
-            .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))?;
+        let (dir, identity, lock) = free_directory(db).await?;
         let mut local = super::open_in(dir, identity, window).await?;
         // Runs hold what was read from the claims some seconds after the messages came.
         local.replay_earlier(chrono_duration(timing.kept + timing.grace()));
@@ -215,6 +213,16 @@ fn claim_directory(base: &std::path::Path, identity: &str) -> std::io::Result<(P
         }
     }
     unreachable!("an unbounded range ends")
+}
+
+/// The window directory an instance of `db` starting now would take, the database's identity
+/// the window is made for, and the lock that holds the directory until dropped. (Benchmarks
+/// fill a window there before they start an instance that takes it back.)
+pub async fn free_directory(db: &DatabaseConnection) -> Result<(PathBuf, String, File), DbErr> {
+    let identity = database_identity(db).await?;
+    let (dir, lock) = claim_directory(&base_directory(), &identity)
+        .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))?;
+    Ok((dir, identity, lock))
 }
 
 /// Removes the windows this database's stopped instances left for a restart to take back (a

@@ -1,9 +1,10 @@
 //! `custintel bench startup`: how soon `custintel serve` answers on a large database. The
 //! database holds one organization with `--events` events (50 million by default, spread over
-//! 30 days, on `--customers` customers imported through `custintel import`) and, on SQLite, a
-//! `messageId` window of `--messages` messages (100 million), filled as the acknowledging writer
-//! fills it. It is loaded once and kept (a SQLite file in `--dir`, or the PostgreSQL schema
-//! `bench_startup`), so later runs measure the start alone.
+//! 30 days, on `--customers` customers imported through `custintel import`) and a `messageId`
+//! window of `--messages` messages (100 million), filled as the acknowledging writer fills it:
+//! on SQLite beside the file, on PostgreSQL in the directory the started instance takes back
+//! (under `CUSTINTEL_WINDOW_DIR`). It is loaded once and kept (a SQLite file in `--dir`, or the
+//! PostgreSQL schema `bench_startup`), so later runs measure the start alone.
 //!
 //! `serve` then starts as a process of its own, as an operator starts it, and the run reports
 //! the time to `/readyz` 200 (which waits for the database and for the window to be loaded),
@@ -30,7 +31,7 @@ pub struct StartupBenchArgs {
     /// Events stored in the organization, spread over the last 30 days.
     #[arg(long, default_value_t = 50_000_000)]
     pub events: usize,
-    /// Messages in the SQLite `messageId` window (all within its 24 h).
+    /// Messages in the `messageId` window (all within its 24 h).
     #[arg(long, default_value_t = 100_000_000)]
     pub messages: u64,
     /// Customers the events belong to (a book of this size goes in through `custintel import`).
@@ -90,9 +91,7 @@ pub async fn startup(args: StartupBenchArgs) -> Result<()> {
         }
         None => load(&args, &conn).await?,
     };
-    if let Location::Sqlite(file) = &location {
-        fill_window(&conn, file, &organization_id, args.messages).await?;
-    }
+    fill_window(&conn, &organization_id, args.messages).await?;
     // The benchmark's own connections stay out of the started process's way.
     conn.close().await?;
     serve_and_measure(&args, &location, &organization_id, &public_key).await?;
@@ -149,40 +148,70 @@ async fn load(args: &StartupBenchArgs, conn: &DatabaseConnection) -> Result<(Str
     Ok((org.organization_id, org.public_key))
 }
 
-/// Fills the SQLite window with `messages` messages of the organization, unless it holds runs
-/// already (a run that stopped while writing events fills it on the next start). Filled after
-/// the events, as a running service's window holds the messages it acknowledged last; `serve`
-/// then replays only the events received after its newest run.
+/// Fills the window with `messages` messages of the organization, unless it holds runs
+/// already (a run that stopped while writing events fills it on the next start): on SQLite the
+/// window beside the file, on PostgreSQL the directory a new instance would take back (under
+/// `CUSTINTEL_WINDOW_DIR`, which the started `serve` inherits). Filled after the events, as a
+/// running service's window holds the messages it acknowledged last; `serve` then replays only
+/// the events received after its newest run.
 async fn fill_window(
     conn: &DatabaseConnection,
-    database_file: &std::path::Path,
     organization_id: &str,
     messages: u64,
 ) -> Result<()> {
+    let length = crate::config::dedup_window()?;
+    let (dir, held) = match crate::db::sqlite_file(conn).await? {
+        Some(file) => (crate::db::beside(&file, "window"), None),
+        None => {
+            let (dir, identity, lock) = crate::ingest::window::shared::free_directory(conn).await?;
+            (dir, Some((identity, lock)))
+        }
+    };
     // Runs on disk are seen without opening the window, whose opening reads them all (and
     // would bring them into the cache before `serve` starts).
-    let dir = crate::db::beside(database_file, "window");
     let has_runs = std::fs::read_dir(&dir).is_ok_and(|entries| {
         entries
             .filter_map(|e| e.ok())
             .any(|e| e.path().extension().is_some_and(|x| x == "run"))
     });
     if has_runs {
-        println!("the messageId window holds runs already");
+        println!(
+            "the messageId window holds runs already ({})",
+            dir.display()
+        );
         return Ok(());
     }
-    let window = crate::ingest::window::for_database(conn, crate::config::dedup_window()?)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key_of = window_key(conn);
+    let window = match &held {
+        None => crate::ingest::window::for_database(conn, length).await,
+        Some((identity, _)) => {
+            crate::ingest::window::open_in(dir.clone(), identity.clone(), length).await
+        }
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let org = organization_id.to_string();
-    println!("filling the messageId window with {messages} messages");
+    println!(
+        "filling the messageId window in {} with {messages} messages",
+        dir.display()
+    );
     tokio::task::spawn_blocking(move || -> Result<()> {
         let mut window = window;
         crate::ops::bench_window::fill(&mut window, messages, 2_000, |i| {
-            message_key(&org, &window_message(i))
+            key_of(&org, &window_message(i))
         })
     })
-    .await?
+    .await??;
+    // The directory is free for the started instance to take back.
+    drop(held);
+    Ok(())
+}
+
+/// How the database's instances key a message in their windows.
+fn window_key(conn: &DatabaseConnection) -> fn(&str, &str) -> crate::ingest::dedup::MessageKey {
+    match conn.get_database_backend() {
+        sea_orm::DbBackend::Postgres => crate::ingest::dedup::shared_message_key,
+        _ => message_key,
+    }
 }
 
 /// A port free on 127.0.0.1 now.
@@ -275,8 +304,7 @@ async fn serve_and_measure(
                "path": "/", "timestamp": now, "messageId": message_id})
     };
     let mut sent = vec![event(&fresh)];
-    let repeat =
-        (args.postgres.is_none() && args.messages > 0).then(|| window_message(args.messages / 2));
+    let repeat = (args.messages > 0).then(|| window_message(args.messages / 2));
     if let Some(repeat) = &repeat {
         sent.push(event(repeat));
     }
