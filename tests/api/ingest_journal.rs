@@ -545,3 +545,82 @@ async fn appliers_lease_organizations_one_at_a_time() {
     }
     assert_eq!(stored(first).await, ["f1", "f2"]);
 }
+
+/// A batch that waited in the writer's queue longer than the window's replay allows for is
+/// refused (503 to its client), not journaled and not recorded in the window: the replay at
+/// start trusts every acknowledged batch to have arrived shortly before it was recorded. The
+/// client's retry of it is then stored, once.
+async fn a_batch_that_waited_too_long_is_refused_then_its_retry_stored(
+    backend: crate::helpers::Backend,
+) {
+    use custintel::ingest::writer::{self, Job, WriteError};
+
+    let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let org = create_org(&state.db, "Late Batch Co").await;
+    let journal = Journal::of(&state.db).await.expect("journal");
+    let jobs = writer::spawn(
+        state.db.clone(),
+        std::time::Duration::from_secs(3600),
+        Default::default(),
+    );
+    let send = |batch: Batch| {
+        let jobs = jobs.clone();
+        async move {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            jobs.send(Job {
+                batch,
+                encoded: None,
+                reply,
+            })
+            .await
+            .map_err(|_| "the writer stopped")
+            .expect("queued");
+            answer.await.expect("answered")
+        }
+    };
+    let mut late = batch(&org, "late-1");
+    late.received_at = chrono::Utc::now()
+        - custintel::ingest::window::MAX_QUEUE_WAIT
+        - std::time::Duration::from_secs(1);
+    let refused = send(late).await;
+    assert!(
+        matches!(refused, Err(WriteError::Busy(_))),
+        "a batch older than the queue's limit is refused as busy: {refused:?}"
+    );
+    assert_eq!(
+        count(journal.conn(), "SELECT count(*) FROM ingest_journal").await,
+        0,
+        "nothing of the refused batch is journaled"
+    );
+
+    let retried = send(batch(&org, "late-1")).await;
+    assert_eq!(retried.expect("the retry is written"), 1);
+    let repeat = send(batch(&org, "late-1")).await;
+    assert_eq!(repeat.expect("a repeat counts as processed"), 1);
+    assert_eq!(
+        count(
+            journal.conn(),
+            "SELECT CAST(coalesce(sum(event_count), 0) AS BIGINT) FROM ingest_journal"
+        )
+        .await,
+        1,
+        "the retry is stored once, its repeat dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_waited_too_long_is_refused_then_its_retry_stored_sqlite() {
+    a_batch_that_waited_too_long_is_refused_then_its_retry_stored(crate::helpers::Backend::Sqlite)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_waited_too_long_is_refused_then_its_retry_stored_postgres() {
+    a_batch_that_waited_too_long_is_refused_then_its_retry_stored(
+        crate::helpers::Backend::Postgres,
+    )
+    .await;
+}
