@@ -113,11 +113,7 @@ async fn readyz(
     ingest: poem::web::Data<&crate::ingest::Ingest>,
 ) -> Response {
     match tokio::time::timeout(READY_TIMEOUT, db.ping()).await {
-        Ok(Ok(())) if !ingest.window_loaded() => {
-            // Started here too, for an application served without `serve_until`.
-            ingest.start();
-            not_ready("the messageId window is loading")
-        }
+        Ok(Ok(())) if !ingest.window_loaded() => not_ready("the messageId window is loading"),
         Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness check: the database cannot be reached");
@@ -178,14 +174,10 @@ async fn json_error(err: poem::Error) -> Response {
         .into_response()
 }
 
-/// The whole application: typed API, description, docs UI and health check.
-pub fn app(state: crate::state::AppState) -> impl Endpoint {
-    let ingest = configured_ingest(&state.db);
-    app_with(state, ingest)
-}
-
-/// The application around an Ingest API the caller holds (and may have started).
-fn app_with(state: crate::state::AppState, ingest: crate::ingest::Ingest) -> impl Endpoint {
+/// The whole application: typed API, description, docs UI and health check, around an Ingest
+/// API the caller has started ([`crate::ingest::Ingest::start`]): until its window is loaded the
+/// application is not ready.
+pub fn app(state: crate::state::AppState, ingest: crate::ingest::Ingest) -> impl Endpoint {
     let connect_page = get(api::connect_page::show)
         .post(api::connect_page::submit)
         .data(state.clone());
@@ -289,7 +281,7 @@ pub async fn serve_until(
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
     let served = Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(
-            app_with(state, ingest),
+            app(state, ingest),
             async move {
                 stop.await;
                 tracing::info!("shutting down: answering requests in flight");

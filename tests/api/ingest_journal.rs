@@ -351,6 +351,22 @@ async fn claim_keys_match_the_migrations_sql() {
     }
 }
 
+/// The claims' expiry, failing with `waited` if it takes more than `seconds`.
+async fn expire_within(
+    db: &DatabaseConnection,
+    kept: std::time::Duration,
+    seconds: u64,
+    waited: &str,
+) -> u64 {
+    tokio::time::timeout(
+        std::time::Duration::from_secs(seconds),
+        custintel::ingest::dedup::expire_shared(db, kept),
+    )
+    .await
+    .expect(waited)
+    .expect("expiry")
+}
+
 /// PostgreSQL: maintaining the shared claims never holds up the claims themselves. The expiry
 /// does not wait for another instance's vacuum of the table (it skips its own) nor for another
 /// instance's expiry (it leaves the claims to it), and a vacuum
@@ -387,13 +403,7 @@ async fn claims_maintenance_never_holds_up_claims() {
         .execute_unprepared("LOCK TABLE ingest_message_keys IN SHARE UPDATE EXCLUSIVE MODE")
         .await
         .expect("lock");
-    let expired = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        custintel::ingest::dedup::expire_shared(&db, kept),
-    )
-    .await
-    .expect("the expiry waited for the other vacuum")
-    .expect("expiry");
+    let expired = expire_within(&db, kept, 10, "the expiry waited for the other vacuum").await;
     assert_eq!(expired, 20_000);
     other.commit().await.expect("commit");
 
@@ -444,13 +454,7 @@ async fn claims_maintenance_never_holds_up_claims() {
         )
         .await
         .expect("the expiry's lock");
-    let skipped = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        custintel::ingest::dedup::expire_shared(&db, kept),
-    )
-    .await
-    .expect("the expiry waited for the other instance's")
-    .expect("expiry");
+    let skipped = expire_within(&db, kept, 2, "the expiry waited for the other instance's").await;
     assert_eq!(skipped, 0, "the other instance's expiry removes them");
     other.commit().await.expect("commit");
     let expired = custintel::ingest::dedup::expire_shared(&db, kept)

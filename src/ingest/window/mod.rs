@@ -767,7 +767,7 @@ pub async fn open_in(
 
 /// What tells this database apart from another later made at the same path: when its schema
 /// was first created, and its file's inode.
-async fn database_identity(db: &DatabaseConnection, file: &Path) -> Result<String, DbErr> {
+pub async fn database_identity(db: &DatabaseConnection, file: &Path) -> Result<String, DbErr> {
     let created = db
         .query_one_raw(Statement::from_string(
             sea_orm::DbBackend::Sqlite,

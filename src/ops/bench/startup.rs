@@ -8,8 +8,9 @@
 //!
 //! `serve` then starts as a process of its own, as an operator starts it, and the run reports
 //! the time to `/readyz` 200 (which waits for the database and for the window to be loaded),
-//! the time to the first ingest batch acknowledged after it, that a message the window held before the start is still dropped
-//! as a repeat, and the process's resident memory over its first `--watch` seconds.
+//! the time to the first ingest batch acknowledged after it, that a message the window held
+//! before the start is still dropped as a repeat, and the process's resident memory over its
+//! first `--watch` seconds.
 
 use std::{
     path::PathBuf,
@@ -160,11 +161,14 @@ async fn fill_window(
     messages: u64,
 ) -> Result<()> {
     let length = crate::config::dedup_window()?;
-    let (dir, held) = match crate::db::sqlite_file(conn).await? {
-        Some(file) => (crate::db::beside(&file, "window"), None),
+    let (dir, identity, held) = match crate::db::sqlite_file(conn).await? {
+        Some(file) => {
+            let identity = crate::ingest::window::database_identity(conn, &file).await?;
+            (crate::db::beside(&file, "window"), identity, None)
+        }
         None => {
             let (dir, identity, lock) = crate::ingest::window::shared::free_directory(conn).await?;
-            (dir, Some((identity, lock)))
+            (dir, identity, Some(lock))
         }
     };
     // Runs on disk are seen without opening the window, whose opening reads them all (and
@@ -182,13 +186,9 @@ async fn fill_window(
         return Ok(());
     }
     let key_of = window_key(conn);
-    let window = match &held {
-        None => crate::ingest::window::for_database(conn, length).await,
-        Some((identity, _)) => {
-            crate::ingest::window::open_in(dir.clone(), identity.clone(), length).await
-        }
-    }
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let window = crate::ingest::window::open_in(dir.clone(), identity, length)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let org = organization_id.to_string();
     println!(
         "filling the messageId window in {} with {messages} messages",
