@@ -24,7 +24,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Que
 use serde_json::json;
 
 use super::{customer_ids, import_book, public_key_of, write_events, Location, Scale};
-use crate::ingest::dedup::message_key;
+use crate::ingest::{dedup::message_key, window::SEAL_KEYS};
 
 /// Options of a run.
 #[derive(Debug, Clone, clap::Args)]
@@ -304,7 +304,16 @@ async fn serve_and_measure(
                "path": "/", "timestamp": now, "messageId": message_id})
     };
     let mut sent = vec![event(&fresh)];
-    let repeat = (args.messages > 0).then(|| window_message(args.messages / 2));
+    // The probe must be in a sealed run: the fill's messages are in no stored event, so the
+    // ones after the last seal (fewer than a run's keys) are not kept when the fill ends.
+    let sealed = args.messages / SEAL_KEYS as u64 * SEAL_KEYS as u64;
+    let repeat = (args.messages / 2 < sealed).then(|| window_message(args.messages / 2));
+    if repeat.is_none() && args.messages > 0 {
+        println!(
+            "no repeat probe: {} messages fill no run of the window ({SEAL_KEYS} keys a run)",
+            args.messages
+        );
+    }
     if let Some(repeat) = &repeat {
         sent.push(event(repeat));
     }
