@@ -461,6 +461,25 @@ async fn claims_maintenance_never_holds_up_claims() {
         .await
         .expect("expiry");
     assert_eq!(expired, 100, "the next expiry takes its turn");
+
+    // Two instances' expiries at once: each claim is removed once, and neither waits for the
+    // other.
+    db.execute_unprepared(
+        "INSERT INTO ingest_message_keys (key, first_seen_at) \
+         SELECT decode(md5('both' || g::text), 'hex'), now() - interval '1 hour' \
+         FROM generate_series(1, 1000) AS g",
+    )
+    .await
+    .expect("old claims for both");
+    let (first, second) = tokio::join!(
+        expire_within(&db, kept, 2, "an expiry waited for the other"),
+        expire_within(&db, kept, 2, "an expiry waited for the other"),
+    );
+    assert_eq!(first + second, 1000, "{first} and {second}");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM ingest_message_keys").await,
+        0
+    );
 }
 
 /// PostgreSQL: an applier leases one organization at a time. While another transaction holds

@@ -302,10 +302,13 @@ async fn readyz_waits_for_the_message_window(backend: crate::helpers::Backend) {
         let retry_after = r.headers().get("retry-after").cloned();
         (status, retry_after, r.json::<Value>().await.expect("json"))
     };
-    for _ in 0..5 {
+    for round in 0..5 {
         let (status, retry_after, body) = readyz().await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         assert_eq!(body, json!({"error": "the messageId window is loading"}));
+        if round == 0 {
+            crate::snap!("readyz_503_window_loading", body);
+        }
         assert!(retry_after.is_some(), "a 503 says when to retry");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
