@@ -351,6 +351,19 @@ async fn claim_keys_match_the_migrations_sql() {
     }
 }
 
+/// `n` claims made an hour ago, their keys seeded by `seed`.
+async fn old_claims(db: &DatabaseConnection, seed: &str, n: i64) {
+    db.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "INSERT INTO ingest_message_keys (key, first_seen_at) \
+         SELECT decode(md5($1 || g::text), 'hex'), now() - interval '1 hour' \
+         FROM generate_series(1, $2) AS g",
+        [seed.into(), n.into()],
+    ))
+    .await
+    .expect("old claims");
+}
+
 /// The claims' expiry, failing with `waited` if it takes more than `seconds`.
 async fn expire_within(
     db: &DatabaseConnection,
@@ -379,13 +392,7 @@ async fn claims_maintenance_never_holds_up_claims() {
         return;
     };
     let kept = std::time::Duration::from_secs(30);
-    db.execute_unprepared(
-        "INSERT INTO ingest_message_keys (key, first_seen_at) \
-         SELECT decode(md5(g::text), 'hex'), now() - interval '1 hour' \
-         FROM generate_series(1, 20000) AS g",
-    )
-    .await
-    .expect("old claims");
+    old_claims(&db, "", 20000).await;
     let pages = || async {
         count(
             &db,
@@ -440,13 +447,7 @@ async fn claims_maintenance_never_holds_up_claims() {
 
     // While another instance's expiry runs (its lock held here), this one leaves the claims to
     // it at once instead of waiting for its row locks.
-    db.execute_unprepared(
-        "INSERT INTO ingest_message_keys (key, first_seen_at) \
-         SELECT decode(md5('again' || g::text), 'hex'), now() - interval '1 hour' \
-         FROM generate_series(1, 100) AS g",
-    )
-    .await
-    .expect("more old claims");
+    old_claims(&db, "again", 100).await;
     let other = sea_orm::TransactionTrait::begin(&db).await.expect("begin");
     other
         .execute_unprepared(
@@ -464,13 +465,7 @@ async fn claims_maintenance_never_holds_up_claims() {
 
     // Two instances' expiries at once: each claim is removed once, and neither waits for the
     // other.
-    db.execute_unprepared(
-        "INSERT INTO ingest_message_keys (key, first_seen_at) \
-         SELECT decode(md5('both' || g::text), 'hex'), now() - interval '1 hour' \
-         FROM generate_series(1, 1000) AS g",
-    )
-    .await
-    .expect("old claims for both");
+    old_claims(&db, "both", 1000).await;
     let (first, second) = tokio::join!(
         expire_within(&db, kept, 2, "an expiry waited for the other"),
         expire_within(&db, kept, 2, "an expiry waited for the other"),
