@@ -490,3 +490,105 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
     drop(db);
     tdb.cleanup().await;
 }
+
+/// A new PostgreSQL instance (an empty window directory) copies the window's runs that the
+/// publishing instance keeps in the database instead of reading its whole window from the
+/// events: a repeat of a message whose stored event is gone is still dropped by it. Of two
+/// running instances, one publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_copies_the_published_window_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(tdb) = test_db(true, dir.path()).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let public_key = create_org(&tdb.url);
+    let windows = dir.path().join("windows").display().to_string();
+    let env = [
+        ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
+        ("CUSTINTEL_WINDOW_DIR", windows.as_str()),
+    ];
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = serve_with(&tdb.url, port_a, &env);
+    let mut b = serve_with(&tdb.url, port_b, &env);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, port_a).await;
+    wait_healthy(&client, port_b).await;
+    let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
+    let db = custintel::db::connect(&tdb.url, None).await.expect("db");
+
+    // 2,000 messages, then more to A: once a published run holds a later message, every one
+    // of the first is in the published runs (a seal takes all the keys recorded before it).
+    let first: Vec<(Vec<String>, Value)> = (0..8)
+        .flat_map(|worker| (0..5).map(move |n| batch(worker, n)))
+        .collect();
+    let later: Vec<(Vec<String>, Value)> = (0..8)
+        .flat_map(|worker| (5..8).map(move |n| batch(worker, n)))
+        .collect();
+    send_all(&client, &endpoint(port_a), &first).await;
+    send_all(&client, &endpoint(port_a), &later).await;
+    let published_keys = "SELECT coalesce((sum(octet_length(content)) \
+         - 56 * count(DISTINCT (first_seal, last_seal))) / 20, 0)::bigint FROM ingest_window_runs";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&db, published_keys).await <= 2_000 {
+        assert!(Instant::now() < deadline, "the runs were not published");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(DISTINCT publisher) FROM ingest_window_runs"
+        )
+        .await,
+        1,
+        "one instance publishes"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending(&db).await > 0 {
+        assert!(Instant::now() < deadline, "journal not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The events are gone: only the copied runs can tell the new instance the first messages.
+    db.execute_unprepared("DELETE FROM events")
+        .await
+        .expect("delete the events");
+
+    let fresh_windows = dir.path().join("fresh").display().to_string();
+    let port_c = free_port();
+    let mut c = serve_with(
+        &tdb.url,
+        port_c,
+        &[
+            ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
+            ("CUSTINTEL_WINDOW_DIR", fresh_windows.as_str()),
+        ],
+    );
+    wait_healthy(&client, port_c).await;
+    send_all(&client, &endpoint(port_c), &first).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending(&db).await > 0 {
+        assert!(Instant::now() < deadline, "journal not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM events").await,
+        0,
+        "the new instance stored repeats its copied runs hold"
+    );
+    // Its own messages are new to it, and it keeps them.
+    let own = vec![batch(9, 0)];
+    send_all(&client, &endpoint(port_c), &own).await;
+    send_all(&client, &endpoint(port_c), &own).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending(&db).await > 0 {
+        assert!(Instant::now() < deadline, "journal not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count(&db, "SELECT count(*) FROM events").await, 50);
+    for server in [&mut a, &mut b, &mut c] {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+    drop(db);
+    tdb.cleanup().await;
+}

@@ -21,6 +21,7 @@
 //! that long before the newest seal and finds every key the runs lack.
 
 pub mod fingerprints;
+pub mod published;
 pub mod runs;
 pub mod shared;
 
@@ -263,7 +264,7 @@ impl LocalWindow {
                 .unwrap_or_default();
             match runs::parse_file_name(name) {
                 Some((first, last)) if same_database => named.push((first, last, path)),
-                None if name == "database" => {}
+                None if name == "database" || name == published::PUBLISHER_FILE => {}
                 _ => std::fs::remove_file(&path)?,
             }
         }
@@ -332,6 +333,11 @@ impl LocalWindow {
         }
         w.store = Some(Store::start(dir.to_path_buf())?);
         Ok(w)
+    }
+
+    /// The runs on disk, oldest first.
+    pub fn runs(&self) -> Vec<Arc<KeyRun>> {
+        self.runs.clone()
     }
 
     /// Fingerprints held: about the messages in the window.
@@ -601,12 +607,10 @@ impl LocalWindow {
     /// Runs to merge: those of one part of the window (a sixteenth of it, by their newest
     /// key), once there are [`MERGE_RUNS`] of them, or two in a part that is over.
     fn due_merge(&self, now: DateTime<Utc>) -> Option<Vec<Arc<KeyRun>>> {
-        let part_secs = (self.window.num_seconds() / MERGE_PARTS).max(1);
-        let part = |s: u32| i64::from(s) / part_secs;
-        let current = part(second(now));
+        let current = self.part_of(second(now));
         let mut groups: Vec<(i64, Vec<Arc<KeyRun>>)> = Vec::new();
         for run in &self.runs {
-            let p = part(run.header.newest);
+            let p = self.part_of(run.header.newest);
             match groups.last_mut() {
                 Some((q, group)) if *q == p => group.push(run.clone()),
                 _ => groups.push((p, vec![run.clone()])),
@@ -616,6 +620,19 @@ impl LocalWindow {
             .into_iter()
             .find(|(p, group)| group.len() >= MERGE_RUNS || (*p < current && group.len() >= 2))
             .map(|(_, group)| group)
+    }
+
+    /// The part of the window (a [`MERGE_PARTS`]th of its length, counted from the epoch)
+    /// second `s` falls in.
+    fn part_of(&self, s: u32) -> i64 {
+        let part_secs = (self.window.num_seconds() / MERGE_PARTS).max(1);
+        i64::from(s) / part_secs
+    }
+
+    /// Whether the part of the window `run`'s newest key falls in is over: no later seal
+    /// joins the merge of that part.
+    pub fn part_is_over(&self, run: &KeyRun, now: DateTime<Utc>) -> bool {
+        self.part_of(run.header.newest) < self.part_of(second(now))
     }
 
     fn sweep_recent(&mut self, now: DateTime<Utc>, expired: u32) {

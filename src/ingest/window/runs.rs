@@ -183,6 +183,19 @@ impl KeyRun {
         })
     }
 
+    /// Bytes of the run's file: header, records and checksum.
+    pub fn file_len(&self) -> u64 {
+        HEADER + self.header.count * RECORD + FOOTER
+    }
+
+    /// `len` bytes of the run's file from `offset`, read through the run's own handle: a run a
+    /// merge removed meanwhile is still read whole.
+    pub fn read_file_bytes(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
     fn read_records(&self, from: u64, to: u64) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; ((to - from) * RECORD) as usize];
         self.file.read_exact_at(&mut buf, HEADER + from * RECORD)?;
@@ -347,6 +360,45 @@ impl Drop for RunWriter {
     fn drop(&mut self) {
         // A run that was not finished leaves nothing behind (after `finish`, the temporary
         // name is gone and this does nothing).
+        let _ = std::fs::remove_file(&self.temporary);
+    }
+}
+
+/// A run's file copied from elsewhere (another instance's run, as the database keeps it),
+/// written under a temporary name and given its run's name once whole and synced. Its
+/// checksum is checked when the window opens it, as every run's is.
+pub struct RunCopy {
+    temporary: PathBuf,
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl RunCopy {
+    pub fn create(dir: &Path, first_seal: u64, last_seal: u64) -> io::Result<Self> {
+        let temporary = dir.join(format!("{}.part", uuid::Uuid::new_v4().simple()));
+        Ok(Self {
+            out: BufWriter::with_capacity(1 << 20, File::create(&temporary)?),
+            temporary,
+            path: dir.join(file_name(first_seal, last_seal)),
+        })
+    }
+
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
+    }
+
+    /// Syncs the copy and gives it its run's name (the directory is synced by the caller, once
+    /// for all its copies).
+    pub fn finish(mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.out.get_ref().sync_all()?;
+        std::fs::rename(&self.temporary, &self.path)
+    }
+}
+
+impl Drop for RunCopy {
+    fn drop(&mut self) {
+        // An unfinished copy leaves nothing behind; after `finish` the name is gone already.
         let _ = std::fs::remove_file(&self.temporary);
     }
 }

@@ -32,7 +32,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 
-use super::LocalWindow;
+use super::{published, LocalWindow};
 use crate::ingest::{dedup, journal::Journal};
 
 /// How long claims stay in the shared table by default.
@@ -112,7 +112,21 @@ impl SharedWindow {
         timing: SharedTiming,
     ) -> Result<Self, DbErr> {
         let (dir, identity, lock) = free_directory(db).await?;
-        let mut local = super::open_in(dir, identity, window).await?;
+        // A directory without runs (a new instance) starts from the runs another instance
+        // published, not from the whole window's events.
+        match published::copy_into(db, &dir, &identity, window).await {
+            Ok(0) => {}
+            Ok(copied) => tracing::info!(
+                runs = copied,
+                "copied the messageId window's published runs"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not copy the messageId window's published runs; the window is read from the stored events")
+            }
+        }
+        let mut local = super::open_in(dir.clone(), identity, window).await?;
+        let publisher = published::publisher_name(&dir)
+            .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))?;
         // Runs hold what was read from the claims some seconds after the messages came.
         local.replay_earlier(chrono_duration(timing.kept + timing.grace()));
         // Claims committed while the replay below reads are read from the table: their
@@ -135,6 +149,11 @@ impl SharedWindow {
             Arc::downgrade(&local),
             timing.kept.min(window),
             timing.expire_every(),
+        ));
+        tokio::spawn(published::publish(
+            db.clone(),
+            Arc::downgrade(&local),
+            publisher,
         ));
         Ok(Self {
             local,
@@ -263,7 +282,7 @@ fn remove_unheld(base: &std::path::Path, identity: &str) -> usize {
 
 /// What tells this database apart from another: its name, the schema, and when its schema
 /// was first created (a database dropped and made again under the same name differs).
-async fn database_identity(db: &DatabaseConnection) -> Result<String, DbErr> {
+pub async fn database_identity(db: &DatabaseConnection) -> Result<String, DbErr> {
     let row = db
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,

@@ -10,7 +10,9 @@
 //! the time to `/readyz` 200 (which waits for the database and for the window to be loaded),
 //! the time to the first ingest batch acknowledged after it, that a message the window held
 //! before the start is still dropped as a repeat, and the process's resident memory over its
-//! first `--watch` seconds.
+//! first `--watch` seconds. With `--new-instance` (PostgreSQL), the started instance has an
+//! empty window directory, as a new container has, and copies the runs published to the
+//! database.
 
 use std::{
     path::PathBuf,
@@ -49,6 +51,12 @@ pub struct StartupBenchArgs {
     /// Seconds to watch the started process's memory after it is ready.
     #[arg(long, default_value_t = 60)]
     pub watch: u64,
+    /// PostgreSQL: start a new instance (an empty window directory) instead of one that takes
+    /// back the filled window's directory. The filled window's runs are published to the
+    /// database first, as a running instance publishes its own, and the new instance copies
+    /// them.
+    #[arg(long, requires = "postgres")]
+    pub new_instance: bool,
 }
 
 const ORGANIZATION: &str = "Startup bench";
@@ -92,7 +100,10 @@ pub async fn startup(args: StartupBenchArgs) -> Result<()> {
         }
         None => load(&args, &conn).await?,
     };
-    fill_window(&conn, &organization_id, args.messages).await?;
+    let filled = fill_window(&conn, &organization_id, args.messages).await?;
+    if args.new_instance {
+        publish_window(&conn, filled).await?;
+    }
     // The benchmark's own connections stay out of the started process's way.
     conn.close().await?;
     serve_and_measure(&args, &location, &organization_id, &public_key).await?;
@@ -159,7 +170,7 @@ async fn fill_window(
     conn: &DatabaseConnection,
     organization_id: &str,
     messages: u64,
-) -> Result<()> {
+) -> Result<PathBuf> {
     let length = crate::config::dedup_window()?;
     let (dir, identity, held) = match crate::db::sqlite_file(conn).await? {
         Some(file) => {
@@ -183,7 +194,7 @@ async fn fill_window(
             "the messageId window holds runs already ({})",
             dir.display()
         );
-        return Ok(());
+        return Ok(dir);
     }
     let key_of = window_key(conn);
     let window = crate::ingest::window::open_in(dir.clone(), identity, length)
@@ -203,6 +214,48 @@ async fn fill_window(
     .await??;
     // The directory is free for the started instance to take back.
     drop(held);
+    Ok(dir)
+}
+
+/// Publishes the runs of the window filled in `dir` to the database, in place of whatever was
+/// published before, as the publishing instance of a running service keeps them.
+async fn publish_window(conn: &DatabaseConnection, dir: PathBuf) -> Result<()> {
+    use crate::ingest::window::published;
+    let length = crate::config::dedup_window()?;
+    let identity = crate::ingest::window::shared::database_identity(conn).await?;
+    let window = crate::ingest::window::open_in(dir.clone(), identity, length)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let now = Utc::now();
+    let runs: Vec<_> = window
+        .runs()
+        .into_iter()
+        .map(|r| {
+            let settled = window.part_is_over(&r, now);
+            (r, settled)
+        })
+        .collect();
+    conn.execute_unprepared("DELETE FROM ingest_window_runs; DELETE FROM ingest_window_publisher")
+        .await?;
+    let publisher = published::publisher_name(&dir)?;
+    let started = Instant::now();
+    if !published::publish_once(conn, &publisher, &runs, length).await? {
+        bail!("another instance holds the lease to publish the window");
+    }
+    let bytes: i64 = conn
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT coalesce(sum(octet_length(content)), 0)::bigint FROM ingest_window_runs",
+        ))
+        .await?
+        .context("no sum")?
+        .try_get_by_index(0)?;
+    println!(
+        "published {} runs of the window ({:.1} MiB) in {:.1} s",
+        runs.len(),
+        bytes as f64 / (1 << 20) as f64,
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -258,9 +311,15 @@ async fn serve_and_measure(
         Location::Postgres { .. } => std::env::temp_dir().join("custintel-bench-startup.log"),
     };
     let log = std::fs::File::create(&log_path)?;
+    // A new instance: a window directory of its own, empty.
+    let new_windows = tempfile::tempdir()?;
+    let mut command = Command::new(std::env::current_exe()?);
+    if args.new_instance {
+        command.env("CUSTINTEL_WINDOW_DIR", new_windows.path());
+    }
     let started = Instant::now();
     let served = Served(
-        Command::new(std::env::current_exe()?)
+        command
             .arg("serve")
             .env("DATABASE_URL", location.url())
             .env("CUSTINTEL_BIND", format!("127.0.0.1:{port}"))
