@@ -548,10 +548,16 @@ async fn a_new_instance_copies_the_published_window_postgres() {
         assert!(Instant::now() < deadline, "journal not applied");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The events are gone: only the copied runs can tell the new instance the first messages.
+    // The events are gone and the shared claims expired: only the copied runs can tell the new
+    // instance the first messages.
     db.execute_unprepared("DELETE FROM events")
         .await
         .expect("delete the events");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&db, "SELECT count(*) FROM ingest_message_keys").await > 0 {
+        assert!(Instant::now() < deadline, "claims not expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let fresh_windows = dir.path().join("fresh").display().to_string();
     let port_c = free_port();

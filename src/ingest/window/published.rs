@@ -26,6 +26,7 @@ use std::{
 };
 
 use chrono::Utc;
+use futures::StreamExt;
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait,
     Value as DbValue,
@@ -205,23 +206,27 @@ async fn copy_run(
         return Ok(false);
     };
     let mut copy = RunCopy::create(dir, first, last).map_err(io_error)?;
-    for part in 0..run.parts {
-        let content = db
-            .query_one_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT content FROM ingest_window_runs \
-                 WHERE publisher = $1 AND first_seal = $2 AND last_seal = $3 AND part = $4",
-                [
-                    publisher.into(),
-                    run.first_seal.into(),
-                    run.last_seal.into(),
-                    i32::try_from(part).unwrap_or(i32::MAX).into(),
-                ],
-            ))
-            .await?
-            .map(|row| row.try_get_by_index::<Vec<u8>>(0))
-            .transpose()?;
-        let Some(content) = content else {
+    let fetch = |part: i64| async move {
+        db.query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT content FROM ingest_window_runs \
+             WHERE publisher = $1 AND first_seal = $2 AND last_seal = $3 AND part = $4",
+            [
+                publisher.into(),
+                run.first_seal.into(),
+                run.last_seal.into(),
+                i32::try_from(part).unwrap_or(i32::MAX).into(),
+            ],
+        ))
+        .await?
+        .map(|row| row.try_get_by_index::<Vec<u8>>(0))
+        .transpose()
+    };
+    // The next part is read while this one is written: the server and this process each
+    // keep a core busy.
+    let mut parts = futures::stream::iter(0..run.parts).map(fetch).buffered(2);
+    while let Some(content) = parts.next().await {
+        let Some(content) = content? else {
             return Ok(false);
         };
         copy.append(&content).map_err(io_error)?;
