@@ -30,4 +30,5 @@ mod search_query;
 mod tools;
 mod tracker;
 mod typed_bodies;
+mod window_published;
 mod write_load;
