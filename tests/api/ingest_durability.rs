@@ -326,11 +326,7 @@ async fn stop_mid_load(stop: Stop, postgres: bool) {
         let answer: Value = r.json().await.expect("retry answer");
         assert_eq!(answer["processed"], 50);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pending(&db).await > 0 {
-        assert!(Instant::now() < deadline, "journal not applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_applied(&db).await;
     check_stored_once(&db, &acked).await;
     let _ = restarted.kill();
     let _ = restarted.wait();
@@ -394,6 +390,38 @@ async fn send_all(client: &reqwest::Client, endpoint: &str, batches: &[(Vec<Stri
     }
 }
 
+/// Waits until the shared claims have all expired (PostgreSQL).
+async fn wait_claims_expired(db: &DatabaseConnection) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(db, "SELECT count(*) FROM ingest_message_keys").await > 0 {
+        assert!(Instant::now() < deadline, "claims not expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until every journaled batch is applied.
+async fn wait_applied(db: &DatabaseConnection) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending(db).await > 0 {
+        assert!(Instant::now() < deadline, "journal not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Two instances of the PostgreSQL database `url`, their windows under `windows` and the
+/// shared claims kept 3 s, once both answer: each with its port.
+async fn two_instances(url: &str, windows: &str, client: &reqwest::Client) -> [(Child, u16); 2] {
+    let env = [
+        ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
+        ("CUSTINTEL_WINDOW_DIR", windows),
+    ];
+    let (port_a, port_b) = (free_port(), free_port());
+    let (a, b) = (serve_with(url, port_a, &env), serve_with(url, port_b, &env));
+    wait_healthy(client, port_a).await;
+    wait_healthy(client, port_b).await;
+    [(a, port_a), (b, port_b)]
+}
+
 /// PostgreSQL keeps a claim in the shared table for seconds only; after that, each instance's
 /// own window drops the repeat: copies sent to two instances at once, copies sent to the
 /// other instance after the table forgot them, to an instance restarted after SIGKILL, and
@@ -407,33 +435,14 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
     };
     let public_key = create_org(&tdb.url);
     let windows = dir.path().join("windows").display().to_string();
+    let client = reqwest::Client::new();
+    let [(mut a, port_a), (mut b, port_b)] = two_instances(&tdb.url, &windows, &client).await;
     let env = [
         ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
         ("CUSTINTEL_WINDOW_DIR", windows.as_str()),
-        ("CUSTINTEL_DEDUP_SEAL_KEYS", "500"),
     ];
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut a = serve_with(&tdb.url, port_a, &env);
-    let mut b = serve_with(&tdb.url, port_b, &env);
-    let client = reqwest::Client::new();
-    wait_healthy(&client, port_a).await;
-    wait_healthy(&client, port_b).await;
     let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
     let db = custintel::db::connect(&tdb.url, None).await.expect("db");
-    let claims_expired = || async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while count(&db, "SELECT count(*) FROM ingest_message_keys").await > 0 {
-            assert!(Instant::now() < deadline, "claims not expired");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let applied = || async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while pending(&db).await > 0 {
-            assert!(Instant::now() < deadline, "journal not applied");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
 
     // The same batches to both instances at once.
     let first: Vec<(Vec<String>, Value)> = (0..8)
@@ -444,11 +453,11 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
         send_all(&client, &to_a, &first),
         send_all(&client, &to_b, &first)
     );
-    claims_expired().await;
+    wait_claims_expired(&db).await;
     // Both instances again, the shared table empty: each window knows every message.
     send_all(&client, &endpoint(port_b), &first).await;
     send_all(&client, &endpoint(port_a), &first).await;
-    applied().await;
+    wait_applied(&db).await;
     check_stored_once(&db, &first).await;
 
     // B is killed; A takes new messages, and the table forgets them before B is back.
@@ -458,7 +467,7 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
         .flat_map(|worker| (5..10).map(move |n| batch(worker, n)))
         .collect();
     send_all(&client, &endpoint(port_a), &second).await;
-    claims_expired().await;
+    wait_claims_expired(&db).await;
     // On a port of its own: the old one may have been taken meanwhile.
     let port_b = free_port();
     let mut b = serve_with(&tdb.url, port_b, &env);
@@ -480,7 +489,7 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
     wait_healthy(&client, port_c).await;
     send_all(&client, &endpoint(port_c), &first).await;
     send_all(&client, &endpoint(port_c), &second).await;
-    applied().await;
+    wait_applied(&db).await;
     let all: Vec<(Vec<String>, Value)> = first.iter().chain(&second).cloned().collect();
     check_stored_once(&db, &all).await;
     for server in [&mut a, &mut b, &mut c] {
@@ -504,16 +513,8 @@ async fn a_new_instance_copies_the_published_window_postgres() {
     };
     let public_key = create_org(&tdb.url);
     let windows = dir.path().join("windows").display().to_string();
-    let env = [
-        ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
-        ("CUSTINTEL_WINDOW_DIR", windows.as_str()),
-    ];
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut a = serve_with(&tdb.url, port_a, &env);
-    let mut b = serve_with(&tdb.url, port_b, &env);
     let client = reqwest::Client::new();
-    wait_healthy(&client, port_a).await;
-    wait_healthy(&client, port_b).await;
+    let [(mut a, port_a), (mut b, _)] = two_instances(&tdb.url, &windows, &client).await;
     let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
     let db = custintel::db::connect(&tdb.url, None).await.expect("db");
 
@@ -543,21 +544,13 @@ async fn a_new_instance_copies_the_published_window_postgres() {
         1,
         "one instance publishes"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pending(&db).await > 0 {
-        assert!(Instant::now() < deadline, "journal not applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_applied(&db).await;
     // The events are gone and the shared claims expired: only the copied runs can tell the new
     // instance the first messages.
     db.execute_unprepared("DELETE FROM events")
         .await
         .expect("delete the events");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count(&db, "SELECT count(*) FROM ingest_message_keys").await > 0 {
-        assert!(Instant::now() < deadline, "claims not expired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_claims_expired(&db).await;
 
     let fresh_windows = dir.path().join("fresh").display().to_string();
     let port_c = free_port();
@@ -571,11 +564,7 @@ async fn a_new_instance_copies_the_published_window_postgres() {
     );
     wait_healthy(&client, port_c).await;
     send_all(&client, &endpoint(port_c), &first).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pending(&db).await > 0 {
-        assert!(Instant::now() < deadline, "journal not applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_applied(&db).await;
     assert_eq!(
         count(&db, "SELECT count(*) FROM events").await,
         0,
@@ -585,11 +574,7 @@ async fn a_new_instance_copies_the_published_window_postgres() {
     let own = vec![batch(9, 0)];
     send_all(&client, &endpoint(port_c), &own).await;
     send_all(&client, &endpoint(port_c), &own).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while pending(&db).await > 0 {
-        assert!(Instant::now() < deadline, "journal not applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_applied(&db).await;
     assert_eq!(count(&db, "SELECT count(*) FROM events").await, 50);
     for server in [&mut a, &mut b, &mut c] {
         let _ = server.kill();
