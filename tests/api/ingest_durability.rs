@@ -408,18 +408,18 @@ async fn wait_applied(db: &DatabaseConnection) {
     }
 }
 
-/// Two instances of the PostgreSQL database `url`, their windows under `windows` and the
-/// shared claims kept 3 s, once both answer: each with its port.
-async fn two_instances(url: &str, windows: &str, client: &reqwest::Client) -> [(Child, u16); 2] {
+/// An instance of the PostgreSQL database `url`, its window under `windows` and the shared
+/// claims kept 3 s, once it answers: with its port (a port of its own, as one a stopped
+/// instance had may have been taken meanwhile).
+async fn instance(url: &str, windows: &str, client: &reqwest::Client) -> (Child, u16) {
+    let port = free_port();
     let env = [
         ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
         ("CUSTINTEL_WINDOW_DIR", windows),
     ];
-    let (port_a, port_b) = (free_port(), free_port());
-    let (a, b) = (serve_with(url, port_a, &env), serve_with(url, port_b, &env));
-    wait_healthy(client, port_a).await;
-    wait_healthy(client, port_b).await;
-    [(a, port_a), (b, port_b)]
+    let child = serve_with(url, port, &env);
+    wait_healthy(client, port).await;
+    (child, port)
 }
 
 /// PostgreSQL keeps a claim in the shared table for seconds only; after that, each instance's
@@ -436,11 +436,8 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
     let public_key = create_org(&tdb.url);
     let windows = dir.path().join("windows").display().to_string();
     let client = reqwest::Client::new();
-    let [(mut a, port_a), (mut b, port_b)] = two_instances(&tdb.url, &windows, &client).await;
-    let env = [
-        ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
-        ("CUSTINTEL_WINDOW_DIR", windows.as_str()),
-    ];
+    let (mut a, port_a) = instance(&tdb.url, &windows, &client).await;
+    let (mut b, port_b) = instance(&tdb.url, &windows, &client).await;
     let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
     let db = custintel::db::connect(&tdb.url, None).await.expect("db");
 
@@ -468,25 +465,13 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
         .collect();
     send_all(&client, &endpoint(port_a), &second).await;
     wait_claims_expired(&db).await;
-    // On a port of its own: the old one may have been taken meanwhile.
-    let port_b = free_port();
-    let mut b = serve_with(&tdb.url, port_b, &env);
-    wait_healthy(&client, port_b).await;
+    let (mut b, port_b) = instance(&tdb.url, &windows, &client).await;
     send_all(&client, &endpoint(port_b), &second).await;
     send_all(&client, &endpoint(port_b), &first).await;
 
     // A new instance whose window directory is empty reads the whole window back.
     let fresh_windows = dir.path().join("fresh").display().to_string();
-    let port_c = free_port();
-    let mut c = serve_with(
-        &tdb.url,
-        port_c,
-        &[
-            ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
-            ("CUSTINTEL_WINDOW_DIR", fresh_windows.as_str()),
-        ],
-    );
-    wait_healthy(&client, port_c).await;
+    let (mut c, port_c) = instance(&tdb.url, &fresh_windows, &client).await;
     send_all(&client, &endpoint(port_c), &first).await;
     send_all(&client, &endpoint(port_c), &second).await;
     wait_applied(&db).await;
@@ -514,7 +499,8 @@ async fn a_new_instance_copies_the_published_window_postgres() {
     let public_key = create_org(&tdb.url);
     let windows = dir.path().join("windows").display().to_string();
     let client = reqwest::Client::new();
-    let [(mut a, port_a), (mut b, _)] = two_instances(&tdb.url, &windows, &client).await;
+    let (mut a, port_a) = instance(&tdb.url, &windows, &client).await;
+    let (mut b, _) = instance(&tdb.url, &windows, &client).await;
     let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
     let db = custintel::db::connect(&tdb.url, None).await.expect("db");
 
@@ -553,16 +539,7 @@ async fn a_new_instance_copies_the_published_window_postgres() {
     wait_claims_expired(&db).await;
 
     let fresh_windows = dir.path().join("fresh").display().to_string();
-    let port_c = free_port();
-    let mut c = serve_with(
-        &tdb.url,
-        port_c,
-        &[
-            ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
-            ("CUSTINTEL_WINDOW_DIR", fresh_windows.as_str()),
-        ],
-    );
-    wait_healthy(&client, port_c).await;
+    let (mut c, port_c) = instance(&tdb.url, &fresh_windows, &client).await;
     send_all(&client, &endpoint(port_c), &first).await;
     wait_applied(&db).await;
     assert_eq!(
