@@ -408,18 +408,74 @@ async fn wait_applied(db: &DatabaseConnection) {
     }
 }
 
-/// An instance of the PostgreSQL database `url`, its window under `windows` and the shared
-/// claims kept 3 s, once it answers: with its port (a port of its own, as one a stopped
-/// instance had may have been taken meanwhile).
-async fn instance(url: &str, windows: &str, client: &reqwest::Client) -> (Child, u16) {
-    let port = free_port();
-    let env = [
-        ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
-        ("CUSTINTEL_WINDOW_DIR", windows),
-    ];
-    let child = serve_with(url, port, &env);
-    wait_healthy(client, port).await;
-    (child, port)
+/// A PostgreSQL test's throwaway database with an organization, and the instances the test
+/// starts on it (the shared claims kept 3 s).
+struct Fleet {
+    dir: tempfile::TempDir,
+    tdb: TestDb,
+    public_key: String,
+    client: reqwest::Client,
+    db: DatabaseConnection,
+}
+
+impl Fleet {
+    /// `None` without `TEST_DATABASE_URL`.
+    async fn start() -> Option<Self> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tdb = test_db(true, dir.path()).await?;
+        let public_key = create_org(&tdb.url);
+        let db = custintel::db::connect(&tdb.url, None).await.expect("db");
+        Some(Self {
+            dir,
+            tdb,
+            public_key,
+            client: reqwest::Client::new(),
+            db,
+        })
+    }
+
+    /// An instance with its window under the directory `windows` (instances given the same
+    /// one take a window of their own there, or back), once it answers: with its port (a port
+    /// of its own, as one a stopped instance had may have been taken meanwhile).
+    async fn instance(&self, windows: &str) -> (Child, u16) {
+        let port = free_port();
+        let windows = self.dir.path().join(windows).display().to_string();
+        let env = [
+            ("CUSTINTEL_DEDUP_SHARED_SPAN", "3s"),
+            ("CUSTINTEL_WINDOW_DIR", windows.as_str()),
+        ];
+        let child = serve_with(&self.tdb.url, port, &env);
+        wait_healthy(&self.client, port).await;
+        (child, port)
+    }
+
+    fn endpoint(&self, port: u16) -> String {
+        format!(
+            "http://127.0.0.1:{port}/api/i/v1/{}/events",
+            self.public_key
+        )
+    }
+
+    async fn send_all(&self, port: u16, batches: &[(Vec<String>, Value)]) {
+        send_all(&self.client, &self.endpoint(port), batches).await;
+    }
+
+    /// Stops `servers` and drops the database.
+    async fn finish(self, servers: &mut [&mut Child]) {
+        for server in servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        drop(self.db);
+        self.tdb.cleanup().await;
+    }
+}
+
+/// Batches `ns` of eight workers.
+fn batches(ns: std::ops::Range<usize>) -> Vec<(Vec<String>, Value)> {
+    (0..8)
+        .flat_map(|worker| ns.clone().map(move |n| batch(worker, n)))
+        .collect()
 }
 
 /// PostgreSQL keeps a claim in the shared table for seconds only; after that, each instance's
@@ -428,61 +484,45 @@ async fn instance(url: &str, windows: &str, client: &reqwest::Client) -> (Child,
 /// to a new instance with an empty window directory. Each message is stored once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_postgres() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let Some(tdb) = test_db(true, dir.path()).await else {
+    let Some(fleet) = Fleet::start().await else {
         eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
         return;
     };
-    let public_key = create_org(&tdb.url);
-    let windows = dir.path().join("windows").display().to_string();
-    let client = reqwest::Client::new();
-    let (mut a, port_a) = instance(&tdb.url, &windows, &client).await;
-    let (mut b, port_b) = instance(&tdb.url, &windows, &client).await;
-    let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
-    let db = custintel::db::connect(&tdb.url, None).await.expect("db");
+    let db = &fleet.db;
+    let (mut a, port_a) = fleet.instance("windows").await;
+    let (mut b, port_b) = fleet.instance("windows").await;
 
     // The same batches to both instances at once.
-    let first: Vec<(Vec<String>, Value)> = (0..8)
-        .flat_map(|worker| (0..5).map(move |n| batch(worker, n)))
-        .collect();
-    let (to_a, to_b) = (endpoint(port_a), endpoint(port_b));
+    let first = batches(0..5);
     tokio::join!(
-        send_all(&client, &to_a, &first),
-        send_all(&client, &to_b, &first)
+        fleet.send_all(port_a, &first),
+        fleet.send_all(port_b, &first)
     );
-    wait_claims_expired(&db).await;
+    wait_claims_expired(db).await;
     // Both instances again, the shared table empty: each window knows every message.
-    send_all(&client, &endpoint(port_b), &first).await;
-    send_all(&client, &endpoint(port_a), &first).await;
-    wait_applied(&db).await;
-    check_stored_once(&db, &first).await;
+    fleet.send_all(port_b, &first).await;
+    fleet.send_all(port_a, &first).await;
+    wait_applied(db).await;
+    check_stored_once(db, &first).await;
 
     // B is killed; A takes new messages, and the table forgets them before B is back.
     b.kill().expect("SIGKILL");
     let _ = b.wait();
-    let second: Vec<(Vec<String>, Value)> = (0..8)
-        .flat_map(|worker| (5..10).map(move |n| batch(worker, n)))
-        .collect();
-    send_all(&client, &endpoint(port_a), &second).await;
-    wait_claims_expired(&db).await;
-    let (mut b, port_b) = instance(&tdb.url, &windows, &client).await;
-    send_all(&client, &endpoint(port_b), &second).await;
-    send_all(&client, &endpoint(port_b), &first).await;
+    let second = batches(5..10);
+    fleet.send_all(port_a, &second).await;
+    wait_claims_expired(db).await;
+    let (mut b, port_b) = fleet.instance("windows").await;
+    fleet.send_all(port_b, &second).await;
+    fleet.send_all(port_b, &first).await;
 
     // A new instance whose window directory is empty reads the whole window back.
-    let fresh_windows = dir.path().join("fresh").display().to_string();
-    let (mut c, port_c) = instance(&tdb.url, &fresh_windows, &client).await;
-    send_all(&client, &endpoint(port_c), &first).await;
-    send_all(&client, &endpoint(port_c), &second).await;
-    wait_applied(&db).await;
+    let (mut c, port_c) = fleet.instance("fresh").await;
+    fleet.send_all(port_c, &first).await;
+    fleet.send_all(port_c, &second).await;
+    wait_applied(db).await;
     let all: Vec<(Vec<String>, Value)> = first.iter().chain(&second).cloned().collect();
-    check_stored_once(&db, &all).await;
-    for server in [&mut a, &mut b, &mut c] {
-        let _ = server.kill();
-        let _ = server.wait();
-    }
-    drop(db);
-    tdb.cleanup().await;
+    check_stored_once(db, &all).await;
+    fleet.finish(&mut [&mut a, &mut b, &mut c]).await;
 }
 
 /// A new PostgreSQL instance (an empty window directory) copies the window's runs that the
@@ -491,72 +531,56 @@ async fn repeats_are_dropped_by_every_instance_after_the_shared_claims_expire_po
 /// running instances, one publishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_instance_copies_the_published_window_postgres() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let Some(tdb) = test_db(true, dir.path()).await else {
+    let Some(fleet) = Fleet::start().await else {
         eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
         return;
     };
-    let public_key = create_org(&tdb.url);
-    let windows = dir.path().join("windows").display().to_string();
-    let client = reqwest::Client::new();
-    let (mut a, port_a) = instance(&tdb.url, &windows, &client).await;
-    let (mut b, _) = instance(&tdb.url, &windows, &client).await;
-    let endpoint = |port: u16| format!("http://127.0.0.1:{port}/api/i/v1/{public_key}/events");
-    let db = custintel::db::connect(&tdb.url, None).await.expect("db");
+    let db = &fleet.db;
+    let (mut a, port_a) = fleet.instance("windows").await;
+    let (mut b, _) = fleet.instance("windows").await;
 
     // 2,000 messages, then more to A: once a published run holds a later message, every one
     // of the first is in the published runs (a seal takes all the keys recorded before it).
-    let first: Vec<(Vec<String>, Value)> = (0..8)
-        .flat_map(|worker| (0..5).map(move |n| batch(worker, n)))
-        .collect();
-    let later: Vec<(Vec<String>, Value)> = (0..8)
-        .flat_map(|worker| (5..8).map(move |n| batch(worker, n)))
-        .collect();
-    send_all(&client, &endpoint(port_a), &first).await;
-    send_all(&client, &endpoint(port_a), &later).await;
+    let first = batches(0..5);
+    fleet.send_all(port_a, &first).await;
+    fleet.send_all(port_a, &batches(5..8)).await;
     let published_keys = "SELECT coalesce((sum(octet_length(content)) \
          - 56 * count(DISTINCT (first_seal, last_seal))) / 20, 0)::bigint FROM ingest_window_runs";
     let deadline = Instant::now() + Duration::from_secs(30);
-    while count(&db, published_keys).await <= 2_000 {
+    while count(db, published_keys).await <= 2_000 {
         assert!(Instant::now() < deadline, "the runs were not published");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(
         count(
-            &db,
+            db,
             "SELECT count(DISTINCT publisher) FROM ingest_window_runs"
         )
         .await,
         1,
         "one instance publishes"
     );
-    wait_applied(&db).await;
+    wait_applied(db).await;
     // The events are gone and the shared claims expired: only the copied runs can tell the new
     // instance the first messages.
     db.execute_unprepared("DELETE FROM events")
         .await
         .expect("delete the events");
-    wait_claims_expired(&db).await;
+    wait_claims_expired(db).await;
 
-    let fresh_windows = dir.path().join("fresh").display().to_string();
-    let (mut c, port_c) = instance(&tdb.url, &fresh_windows, &client).await;
-    send_all(&client, &endpoint(port_c), &first).await;
-    wait_applied(&db).await;
+    let (mut c, port_c) = fleet.instance("fresh").await;
+    fleet.send_all(port_c, &first).await;
+    wait_applied(db).await;
     assert_eq!(
-        count(&db, "SELECT count(*) FROM events").await,
+        count(db, "SELECT count(*) FROM events").await,
         0,
         "the new instance stored repeats its copied runs hold"
     );
     // Its own messages are new to it, and it keeps them.
     let own = vec![batch(9, 0)];
-    send_all(&client, &endpoint(port_c), &own).await;
-    send_all(&client, &endpoint(port_c), &own).await;
-    wait_applied(&db).await;
-    assert_eq!(count(&db, "SELECT count(*) FROM events").await, 50);
-    for server in [&mut a, &mut b, &mut c] {
-        let _ = server.kill();
-        let _ = server.wait();
-    }
-    drop(db);
-    tdb.cleanup().await;
+    fleet.send_all(port_c, &own).await;
+    fleet.send_all(port_c, &own).await;
+    wait_applied(db).await;
+    assert_eq!(count(db, "SELECT count(*) FROM events").await, 50);
+    fleet.finish(&mut [&mut a, &mut b, &mut c]).await;
 }

@@ -739,6 +739,19 @@ impl LocalWindow {
     }
 }
 
+/// Whether `dir` holds runs of the database `identity` names, seen without opening them (an
+/// opening reads every run whole).
+pub fn holds_runs(dir: &Path, identity: &str) -> bool {
+    let same = std::fs::read_to_string(dir.join("database")).is_ok_and(|s| s == identity);
+    same && std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| runs::parse_file_name(n).is_some())
+        })
+    })
+}
+
 /// Adds a run where seal order puts it.
 fn insert_run(runs: &mut Vec<Arc<KeyRun>>, run: KeyRun) {
     let at = runs.partition_point(|r| r.header.first_seal < run.header.first_seal);

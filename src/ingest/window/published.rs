@@ -33,7 +33,7 @@ use sea_orm::{
 };
 
 use super::{
-    runs::{self, KeyRun, RunCopy},
+    runs::{KeyRun, PendingRun},
     LocalWindow,
 };
 
@@ -95,18 +95,6 @@ fn newest_chain(mut runs: Vec<PublishedRun>) -> Vec<PublishedRun> {
     chain
 }
 
-/// Whether `dir` already holds runs of the database `identity` names.
-fn holds_runs(dir: &Path, identity: &str) -> bool {
-    let same = std::fs::read_to_string(dir.join("database")).is_ok_and(|s| s == identity);
-    same && std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| runs::parse_file_name(n).is_some())
-        })
-    })
-}
-
 /// Makes `dir` an empty window of the database `identity`: what it held was another
 /// database's, or no runs at all. A new publisher name is made with the next window opened
 /// there (the copied runs carry their publisher's seal numbers, not the old name's).
@@ -135,7 +123,7 @@ pub async fn copy_into(
     identity: &str,
     window: Duration,
 ) -> Result<usize, DbErr> {
-    if holds_runs(dir, identity) {
+    if super::holds_runs(dir, identity) {
         return Ok(0);
     }
     let expired = expired_second(window);
@@ -205,7 +193,7 @@ async fn copy_run(
     else {
         return Ok(false);
     };
-    let mut copy = RunCopy::create(dir, first, last).map_err(io_error)?;
+    let mut copy = PendingRun::create(dir).map_err(io_error)?;
     let fetch = |part: i64| async move {
         db.query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
@@ -231,7 +219,7 @@ async fn copy_run(
         };
         copy.append(&content).map_err(io_error)?;
     }
-    copy.finish().map_err(io_error)?;
+    copy.finish(first, last).map_err(io_error)?;
     Ok(true)
 }
 

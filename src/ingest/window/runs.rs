@@ -278,10 +278,52 @@ impl RecordReader {
 }
 
 /// Writes a run from records given in strictly rising key order.
-struct RunWriter {
+/// A run's file being written: under a temporary name in the runs' directory until it is
+/// whole and synced, then under its run's name. Dropped before that, it leaves nothing.
+pub struct PendingRun {
     dir: PathBuf,
     temporary: PathBuf,
     out: BufWriter<File>,
+}
+
+impl PendingRun {
+    pub fn create(dir: &Path) -> io::Result<Self> {
+        let temporary = dir.join(format!("{}.part", uuid::Uuid::new_v4().simple()));
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 20, File::create(&temporary)?),
+            temporary,
+        })
+    }
+
+    /// Appends bytes of the file: a run copied from elsewhere comes whole, header and
+    /// checksum included (checked when the window opens it, as every run's is).
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
+    }
+
+    /// Flushes and syncs the file and gives it the name of the run covering seals
+    /// `first..=last`; answers that path. The directory is synced by the caller.
+    pub fn finish(mut self, first_seal: u64, last_seal: u64) -> io::Result<PathBuf> {
+        self.out.flush()?;
+        self.out.get_ref().sync_all()?;
+        let path = self.dir.join(file_name(first_seal, last_seal));
+        std::fs::rename(&self.temporary, &path)?;
+        Ok(path)
+    }
+}
+
+impl Drop for PendingRun {
+    fn drop(&mut self) {
+        // After `finish` the temporary name is gone and this does nothing.
+        let _ = std::fs::remove_file(&self.temporary);
+    }
+}
+
+/// Writes a run record by record: its header is written last, once its count and seconds are
+/// known.
+struct RunWriter {
+    file: PendingRun,
     hasher: Xxh3,
     index: Vec<MessageKey>,
     count: u64,
@@ -291,13 +333,10 @@ struct RunWriter {
 
 impl RunWriter {
     fn create(dir: &Path) -> io::Result<Self> {
-        let temporary = dir.join(format!("{}.part", uuid::Uuid::new_v4().simple()));
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(&temporary)?);
-        out.write_all(&[0u8; HEADER as usize])?;
+        let mut file = PendingRun::create(dir)?;
+        file.append(&[0u8; HEADER as usize])?;
         Ok(Self {
-            dir: dir.to_path_buf(),
-            temporary,
-            out,
+            file,
             hasher: Xxh3::new(),
             index: Vec::new(),
             count: 0,
@@ -308,7 +347,7 @@ impl RunWriter {
 
     fn push(&mut self, key: &MessageKey, second: u32) -> io::Result<()> {
         let record = encode_record(key, second);
-        self.out.write_all(&record)?;
+        self.file.append(&record)?;
         self.hasher.update(&record);
         if self.count % INDEX_EVERY == 0 {
             self.index.push(*key);
@@ -339,67 +378,18 @@ impl RunWriter {
         };
         let head = header.encode();
         self.hasher.update(&head);
-        self.out.write_all(&self.hasher.digest().to_le_bytes())?;
-        self.out.flush()?;
-        let file = self.out.get_ref();
-        file.write_all_at(&head, 0)?;
-        file.sync_all()?;
-        let path = self.dir.join(file_name(first_seal, last_seal));
-        std::fs::rename(&self.temporary, &path)?;
-        File::open(&self.dir)?.sync_all()?;
+        self.file.append(&self.hasher.digest().to_le_bytes())?;
+        self.file.out.flush()?;
+        self.file.out.get_ref().write_all_at(&head, 0)?;
+        let dir = self.file.dir.clone();
+        let path = self.file.finish(first_seal, last_seal)?;
+        File::open(&dir)?.sync_all()?;
         Ok(KeyRun {
             header,
             file: File::open(&path)?,
             path,
-            index: std::mem::take(&mut self.index),
+            index: self.index,
         })
-    }
-}
-
-impl Drop for RunWriter {
-    fn drop(&mut self) {
-        // A run that was not finished leaves nothing behind (after `finish`, the temporary
-        // name is gone and this does nothing).
-        let _ = std::fs::remove_file(&self.temporary);
-    }
-}
-
-/// A run's file copied from elsewhere (another instance's run, as the database keeps it),
-/// written under a temporary name and given its run's name once whole and synced. Its
-/// checksum is checked when the window opens it, as every run's is.
-pub struct RunCopy {
-    temporary: PathBuf,
-    path: PathBuf,
-    out: BufWriter<File>,
-}
-
-impl RunCopy {
-    pub fn create(dir: &Path, first_seal: u64, last_seal: u64) -> io::Result<Self> {
-        let temporary = dir.join(format!("{}.part", uuid::Uuid::new_v4().simple()));
-        Ok(Self {
-            out: BufWriter::with_capacity(1 << 20, File::create(&temporary)?),
-            temporary,
-            path: dir.join(file_name(first_seal, last_seal)),
-        })
-    }
-
-    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.out.write_all(bytes)
-    }
-
-    /// Syncs the copy and gives it its run's name (the directory is synced by the caller, once
-    /// for all its copies).
-    pub fn finish(mut self) -> io::Result<()> {
-        self.out.flush()?;
-        self.out.get_ref().sync_all()?;
-        std::fs::rename(&self.temporary, &self.path)
-    }
-}
-
-impl Drop for RunCopy {
-    fn drop(&mut self) {
-        // An unfinished copy leaves nothing behind; after `finish` the name is gone already.
-        let _ = std::fs::remove_file(&self.temporary);
     }
 }
 

@@ -182,14 +182,9 @@ async fn fill_window(
             (dir, identity, Some(lock))
         }
     };
-    // Runs on disk are seen without opening the window, whose opening reads them all (and
-    // would bring them into the cache before `serve` starts).
-    let has_runs = std::fs::read_dir(&dir).is_ok_and(|entries| {
-        entries
-            .filter_map(|e| e.ok())
-            .any(|e| e.path().extension().is_some_and(|x| x == "run"))
-    });
-    if has_runs {
+    // Seen without opening the window, whose opening reads the runs (and would bring them
+    // into the cache before `serve` starts).
+    if crate::ingest::window::holds_runs(&dir, &identity) {
         println!(
             "the messageId window holds runs already ({})",
             dir.display()
