@@ -158,6 +158,15 @@ impl MigrationTrait for Migration {
         manager
             .drop_table(Table::drop().table("signal_hits").to_owned())
             .await?;
+        // SQLite refuses to drop a column an index still names.
+        manager
+            .drop_index(
+                Index::drop()
+                    .name("ix_notification_deliveries_run")
+                    .table("notification_deliveries")
+                    .to_owned(),
+            )
+            .await?;
         for (table, column) in [
             ("automations", "enabled_at"),
             ("notification_deliveries", "automation_run_id"),

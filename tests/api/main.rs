@@ -20,6 +20,7 @@ mod integrations;
 mod keys;
 mod layers;
 mod mcp;
+mod migrations;
 mod notify;
 mod ops;
 mod outage;
