@@ -238,14 +238,17 @@ impl LocalWindow {
     /// left by another database (a file replaced at the same path) are removed. Reads every
     /// run back and rebuilds the fingerprints; blocking.
     pub fn open(dir: &Path, identity: &str, window: Duration) -> io::Result<Self> {
-        Self::open_with(dir, identity, window, SEAL_KEYS)
+        Self::open_with(dir, identity, window, SEAL_KEYS, None)
     }
 
+    /// As [`open`](Self::open); runs `read` already holds (a copy read them as they arrived)
+    /// are not read again.
     fn open_with(
         dir: &Path,
         identity: &str,
         window: Duration,
         seal_keys: usize,
+        read: Option<RunsRead>,
     ) -> io::Result<Self> {
         let mut w = Self::in_memory(window);
         w.seal_keys = seal_keys;
@@ -253,7 +256,6 @@ impl LocalWindow {
         let identity_file = dir.join("database");
         let same_database =
             std::fs::read_to_string(&identity_file).is_ok_and(|stored| stored == identity);
-        let expired = second(Utc::now() - w.window);
         // Runs by the seals they cover; files that are not this database's runs go.
         let mut named: Vec<(u64, u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -281,31 +283,32 @@ impl LocalWindow {
                 _ => covering.push(run),
             }
         }
-        // The fingerprints are filled as the runs are read (once, for their checksums): sized
-        // for every record up front; a shard that still overflows is rebuilt after.
-        let records: u64 = covering
-            .iter()
-            .map(|(_, _, path)| std::fs::metadata(path).map_or(0, |m| runs::records_in(m.len())))
-            .sum();
-        let mut fingerprints = Fingerprints::for_keys(records as usize);
-        let mut overflowed = vec![false; SHARDS];
+        let mut read = match read {
+            Some(read) if same_database => read,
+            // Sized for every record up front; a shard that still overflows is rebuilt after.
+            _ => RunsRead::for_records(
+                covering
+                    .iter()
+                    .map(|(_, _, path)| {
+                        std::fs::metadata(path).map_or(0, |m| runs::records_in(m.len()))
+                    })
+                    .sum(),
+                window,
+            ),
+        };
         let mut kept: Vec<KeyRun> = Vec::new();
         for (_, _, path) in &covering {
-            let opened = KeyRun::open_reading(path, |key, first_seen| {
-                let shard = shard_of(key);
-                if first_seen > expired && !overflowed[shard] && !fingerprints.insert(key) {
-                    overflowed[shard] = true;
-                }
-            });
-            match opened {
-                Ok(run) if run.header.newest > expired => kept.push(run),
-                Ok(_) => std::fs::remove_file(path)?,
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "a messageId window run could not be read; its keys are read from the stored events instead");
-                    std::fs::remove_file(path)?;
-                }
+            if let Some(run) = read.take(path) {
+                kept.push(run);
+            } else if let Some(run) = read.read(path)? {
+                kept.push(run);
             }
         }
+        let RunsRead {
+            fingerprints,
+            overflowed,
+            ..
+        } = read;
         w.fingerprints = fingerprints;
         // Keys recorded after the newest run of an unbroken chain are replayed; a missing run
         // (its write failed) breaks the chain where it is.
@@ -739,6 +742,73 @@ impl LocalWindow {
     }
 }
 
+/// Runs read for a window being opened: each run is checked whole and its keys' fingerprints
+/// added as it is read, so a copy can have each run read as it arrives, while the next is
+/// fetched.
+pub struct RunsRead {
+    expired: u32,
+    fingerprints: Fingerprints,
+    /// Shards whose table filled up: rebuilt from their keys once every run is read.
+    overflowed: Vec<bool>,
+    read: HashMap<PathBuf, KeyRun>,
+}
+
+impl RunsRead {
+    /// Fingerprints sized for about `records` keys, for a window of `window`.
+    pub fn for_records(records: u64, window: Duration) -> Self {
+        let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
+        Self {
+            expired: second(Utc::now() - window),
+            fingerprints: Fingerprints::for_keys(usize::try_from(records).unwrap_or(0)),
+            overflowed: vec![false; SHARDS],
+            read: HashMap::new(),
+        }
+    }
+
+    /// Reads the run at `path` and keeps it for [`LocalWindow::open`]'s use.
+    pub fn add(&mut self, path: &Path) -> io::Result<()> {
+        if let Some(run) = self.read(path)? {
+            self.read.insert(path.to_path_buf(), run);
+        }
+        Ok(())
+    }
+
+    /// Runs read and kept.
+    pub fn len(&self) -> usize {
+        self.read.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty()
+    }
+
+    fn take(&mut self, path: &Path) -> Option<KeyRun> {
+        self.read.remove(path)
+    }
+
+    /// Reads the run at `path`, adding the fingerprints of its keys still in the window. A run
+    /// the window has left, or one that cannot be read, is removed (`None`): the keys of the
+    /// latter are read from the stored events instead.
+    fn read(&mut self, path: &Path) -> io::Result<Option<KeyRun>> {
+        let (expired, fingerprints, overflowed) =
+            (self.expired, &mut self.fingerprints, &mut self.overflowed);
+        let opened = KeyRun::open_reading(path, |key, first_seen| {
+            let shard = shard_of(key);
+            if first_seen > expired && !overflowed[shard] && !fingerprints.insert(key) {
+                overflowed[shard] = true;
+            }
+        });
+        match opened {
+            Ok(run) if run.header.newest > expired => Ok(Some(run)),
+            Ok(_) => std::fs::remove_file(path).map(|()| None),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "a messageId window run could not be read; its keys are read from the stored events instead");
+                std::fs::remove_file(path).map(|()| None)
+            }
+        }
+    }
+}
+
 /// Whether `dir` holds runs of the database `identity` names, seen without opening them (an
 /// opening reads every run whole).
 pub fn holds_runs(dir: &Path, identity: &str) -> bool {
@@ -773,15 +843,17 @@ pub async fn for_database(db: &DatabaseConnection, window: Duration) -> Result<L
         return Ok(LocalWindow::in_memory(window));
     };
     let identity = database_identity(db, &file).await?;
-    open_in(crate::db::beside(&file, "window"), identity, window).await
+    open_in(crate::db::beside(&file, "window"), identity, window, None).await
 }
 
 /// The window whose runs are in `dir`, made for the database `identity` names (see
-/// [`LocalWindow::open`]), opened off the runtime's threads. Not yet loaded.
+/// [`LocalWindow::open`]), opened off the runtime's threads; the runs `read` holds are not
+/// read again. Not yet loaded.
 pub async fn open_in(
     dir: PathBuf,
     identity: String,
     window: Duration,
+    read: Option<RunsRead>,
 ) -> Result<LocalWindow, DbErr> {
     // Fewer keys a seal make the runs' path run in small tests.
     let seal_keys = std::env::var("CUSTINTEL_DEDUP_SEAL_KEYS")
@@ -789,10 +861,12 @@ pub async fn open_in(
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|n| *n > 0)
         .unwrap_or(SEAL_KEYS);
-    tokio::task::spawn_blocking(move || LocalWindow::open_with(&dir, &identity, window, seal_keys))
-        .await
-        .map_err(|e| DbErr::Custom(format!("opening the messageId window stopped: {e}")))?
-        .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))
+    tokio::task::spawn_blocking(move || {
+        LocalWindow::open_with(&dir, &identity, window, seal_keys, read)
+    })
+    .await
+    .map_err(|e| DbErr::Custom(format!("opening the messageId window stopped: {e}")))?
+    .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))
 }
 
 /// What tells this database apart from another later made at the same path: when its schema
@@ -882,7 +956,7 @@ mod tests {
     fn sealed_keys_are_repeats_on_disk_and_after_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let window = Duration::from_secs(3_600);
-        let mut w = LocalWindow::open_with(dir.path(), "db", window, 500).unwrap();
+        let mut w = LocalWindow::open_with(dir.path(), "db", window, 500, None).unwrap();
         let now = Utc::now();
         let sent = keys(20_000, "a");
         for chunk in sent.chunks(250) {
@@ -904,7 +978,7 @@ mod tests {
         let memory_before = w.memory_bytes();
         drop(w);
 
-        let mut w = LocalWindow::open_with(dir.path(), "db", window, 500).unwrap();
+        let mut w = LocalWindow::open_with(dir.path(), "db", window, 500, None).unwrap();
         assert!(w.memory_bytes() <= memory_before);
         // Only the keys after the newest seal would need the replay.
         let replayed_from = w.replay_from;
@@ -919,11 +993,52 @@ mod tests {
         }
     }
 
+    /// Runs read before the window opens (as a copy reads each as it arrives) are not read
+    /// again; one that a later run covers is dropped; every key is found.
+    #[test]
+    fn runs_read_before_opening_are_kept_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let window = Duration::from_secs(3_600);
+        std::fs::write(dir.path().join("database"), "db").unwrap();
+        let at = second(Utc::now());
+        let seal = |n: u64, prefix: &str| {
+            let records = keys(3_000, prefix).into_iter().map(|k| (k, at)).collect();
+            Arc::new(runs::write_seal(dir.path(), n, at, records).unwrap())
+        };
+        let (a, b) = (seal(1, "a"), seal(2, "b"));
+        let mut read = RunsRead::for_records(6_000, window);
+        read.add(a.path()).unwrap();
+        read.add(b.path()).unwrap();
+        // A merged run copied after the seals it covers (the copy looked again after a merge
+        // replaced them).
+        let merged = runs::merge(dir.path(), &[a.clone(), b.clone()], 0).unwrap();
+        read.add(merged.path()).unwrap();
+        // Its checksum broken after it was read: a second read would refuse and remove it.
+        let mut bytes = std::fs::read(merged.path()).unwrap();
+        *bytes.last_mut().unwrap() ^= 0xFF;
+        std::fs::write(merged.path(), bytes).unwrap();
+        // A run not read before is read at the opening.
+        let c = seal(3, "c");
+        let w = LocalWindow::open_with(dir.path(), "db", window, 500, Some(read)).unwrap();
+        assert_eq!(w.run_count(), 2, "the merged run and the third seal");
+        assert!(!a.path().exists() && !b.path().exists() && c.path().exists());
+        assert_eq!(w.next_seal, 4);
+        let now = Utc::now();
+        for k in keys(3_000, "a")
+            .iter()
+            .chain(&keys(3_000, "b"))
+            .chain(&keys(3_000, "c"))
+        {
+            assert!(w.contains(k, now));
+        }
+        assert!(!w.contains(&message_key("org", "d1"), now));
+    }
+
     #[test]
     fn runs_leave_with_the_window_and_with_another_database() {
         let dir = tempfile::tempdir().unwrap();
         let window = Duration::from_secs(600);
-        let mut w = LocalWindow::open_with(dir.path(), "db", window, 100).unwrap();
+        let mut w = LocalWindow::open_with(dir.path(), "db", window, 100, None).unwrap();
         let now = Utc::now();
         for k in keys(1_000, "a") {
             assert!(w.check_and_record(k, now));
@@ -933,7 +1048,7 @@ mod tests {
         assert!(w.run_count() > 0);
         drop(w);
         // Another database at the same path: its runs are not this one's.
-        let mut w = LocalWindow::open_with(dir.path(), "other", window, 100).unwrap();
+        let mut w = LocalWindow::open_with(dir.path(), "other", window, 100, None).unwrap();
         assert_eq!(w.run_count(), 0);
         for k in keys(1_000, "a") {
             assert!(w.check_and_record(k, now));

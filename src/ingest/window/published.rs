@@ -20,7 +20,7 @@
 
 use std::{
     io,
-    path::Path,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex, Weak},
     time::Duration,
 };
@@ -33,8 +33,8 @@ use sea_orm::{
 };
 
 use super::{
-    runs::{KeyRun, PendingRun},
-    LocalWindow,
+    runs::{self, KeyRun, PendingRun},
+    LocalWindow, RunsRead,
 };
 
 /// The file in a window's directory that names it as a publisher.
@@ -114,17 +114,18 @@ fn io_error(e: io::Error) -> DbErr {
 }
 
 /// Copies the published runs into `dir` when it holds no runs of this database (`identity`);
-/// answers how many runs were copied. A run that leaves the database while it is copied (a
-/// merged run replaced it) is looked for again in the new chain; whatever could not be copied,
-/// the window reads from the stored events, as without runs.
+/// answers the runs copied, each read (checked whole, its fingerprints made) on a thread of its
+/// own while the next is fetched, or `None` when nothing was copied. A run that leaves the
+/// database while it is copied (a merged run replaced it) is looked for again in the new chain;
+/// whatever could not be copied, the window reads from the stored events, as without runs.
 pub async fn copy_into(
     db: &DatabaseConnection,
     dir: &Path,
     identity: &str,
     window: Duration,
-) -> Result<usize, DbErr> {
+) -> Result<Option<RunsRead>, DbErr> {
     if super::holds_runs(dir, identity) {
-        return Ok(0);
+        return Ok(None);
     }
     let expired = expired_second(window);
     let publisher = db
@@ -138,17 +139,62 @@ pub async fn copy_into(
         .map(|row| row.try_get_by_index::<String>(0))
         .transpose()?;
     let Some(publisher) = publisher else {
-        return Ok(0);
+        return Ok(None);
     };
     prepare(dir, identity).map_err(io_error)?;
-    let mut copied: Vec<(i64, i64)> = Vec::new();
+    // The fingerprints are sized for the records published (the length of a part is read from
+    // its stored header, not its content).
+    let bytes: i64 = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT coalesce(sum(octet_length(content)), 0)::bigint FROM ingest_window_runs \
+             WHERE publisher = $1 AND newest_second > $2",
+            [publisher.clone().into(), expired.into()],
+        ))
+        .await?
+        .map(|row| row.try_get_by_index::<i64>(0))
+        .transpose()?
+        .unwrap_or(0);
+    let records = runs::records_in(u64::try_from(bytes).unwrap_or(0));
+    let (copied_tx, copied_rx) = std::sync::mpsc::channel::<PathBuf>();
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut read = RunsRead::for_records(records, window);
+        for path in copied_rx {
+            read.add(&path)?;
+        }
+        Ok::<_, io::Error>(read)
+    });
+    let copied = copy_chain(db, dir, &publisher, expired, copied_tx).await;
+    // The reader is waited for even when the copy failed: the window's opening then reads
+    // the directory, which the reader must no longer change.
+    let read = reader
+        .await
+        .map_err(|e| DbErr::Custom(format!("reading the copied runs stopped: {e}")))?
+        .map_err(io_error)?;
+    copied?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error)?;
+    Ok((!read.is_empty()).then_some(read))
+}
+
+/// Copies the newest chain of `publisher`'s runs into `dir`, sending each run's file to
+/// `copied` once it is whole.
+async fn copy_chain(
+    db: &DatabaseConnection,
+    dir: &Path,
+    publisher: &str,
+    expired: i64,
+    copied: std::sync::mpsc::Sender<PathBuf>,
+) -> Result<(), DbErr> {
+    let mut done: Vec<(i64, i64)> = Vec::new();
     for _attempt in 0..3 {
         let listed = db
             .query_all_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 "SELECT first_seal, last_seal, count(*) FROM ingest_window_runs \
                  WHERE publisher = $1 AND newest_second > $2 GROUP BY first_seal, last_seal",
-                [publisher.clone().into(), expired.into()],
+                [publisher.into(), expired.into()],
             ))
             .await?
             .iter()
@@ -162,36 +208,38 @@ pub async fn copy_into(
             .collect::<Result<Vec<_>, DbErr>>()?;
         let mut whole = true;
         for run in newest_chain(listed) {
-            if copied.contains(&(run.first_seal, run.last_seal)) {
+            if done.contains(&(run.first_seal, run.last_seal)) {
                 continue;
             }
-            if copy_run(db, dir, &publisher, run).await? {
-                copied.push((run.first_seal, run.last_seal));
-            } else {
-                whole = false;
-                break;
+            match copy_run(db, dir, publisher, run).await? {
+                Some(path) => {
+                    done.push((run.first_seal, run.last_seal));
+                    // The reader stops only on a failure, which its result reports.
+                    let _ = copied.send(path);
+                }
+                None => {
+                    whole = false;
+                    break;
+                }
             }
         }
         if whole {
             break;
         }
     }
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error)?;
-    Ok(copied.len())
+    Ok(())
 }
 
-/// Copies one run's parts into a run file; answers false if a part is gone.
+/// Copies one run's parts into a run file; answers its path, or `None` if a part is gone.
 async fn copy_run(
     db: &DatabaseConnection,
     dir: &Path,
     publisher: &str,
     run: PublishedRun,
-) -> Result<bool, DbErr> {
+) -> Result<Option<PathBuf>, DbErr> {
     let (Ok(first), Ok(last)) = (u64::try_from(run.first_seal), u64::try_from(run.last_seal))
     else {
-        return Ok(false);
+        return Ok(None);
     };
     let mut copy = PendingRun::create(dir).map_err(io_error)?;
     let fetch = |part: i64| async move {
@@ -215,12 +263,11 @@ async fn copy_run(
     let mut parts = futures::stream::iter(0..run.parts).map(fetch).buffered(2);
     while let Some(content) = parts.next().await {
         let Some(content) = content? else {
-            return Ok(false);
+            return Ok(None);
         };
         copy.append(&content).map_err(io_error)?;
     }
-    copy.finish(first, last).map_err(io_error)?;
-    Ok(true)
+    copy.finish(first, last).map(Some).map_err(io_error)
 }
 
 /// Publishes this instance's runs while it holds the lease, every [`EVERY`], until the window

@@ -114,17 +114,20 @@ impl SharedWindow {
         let (dir, identity, lock) = free_directory(db).await?;
         // A directory without runs (a new instance) starts from the runs another instance
         // published, not from the whole window's events.
-        match published::copy_into(db, &dir, &identity, window).await {
-            Ok(0) => {}
-            Ok(copied) => tracing::info!(
-                runs = copied,
-                "copied the messageId window's published runs"
-            ),
+        let copied = match published::copy_into(db, &dir, &identity, window).await {
+            Ok(copied) => copied,
             Err(e) => {
-                tracing::warn!(error = %e, "could not copy the messageId window's published runs; the window is read from the stored events")
+                tracing::warn!(error = %e, "could not copy the messageId window's published runs; the window is read from the stored events");
+                None
             }
+        };
+        if let Some(copied) = &copied {
+            tracing::info!(
+                runs = copied.len(),
+                "copied the messageId window's published runs"
+            );
         }
-        let mut local = super::open_in(dir.clone(), identity, window).await?;
+        let mut local = super::open_in(dir.clone(), identity, window, copied).await?;
         let publisher = published::publisher_name(&dir)
             .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))?;
         // Runs hold what was read from the claims some seconds after the messages came.

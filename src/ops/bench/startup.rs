@@ -192,7 +192,7 @@ async fn fill_window(
         return Ok(dir);
     }
     let key_of = window_key(conn);
-    let window = crate::ingest::window::open_in(dir.clone(), identity, length)
+    let window = crate::ingest::window::open_in(dir.clone(), identity, length, None)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let org = organization_id.to_string();
@@ -218,7 +218,7 @@ async fn publish_window(conn: &DatabaseConnection, dir: PathBuf) -> Result<()> {
     use crate::ingest::window::published;
     let length = crate::config::dedup_window()?;
     let identity = crate::ingest::window::shared::database_identity(conn).await?;
-    let window = crate::ingest::window::open_in(dir.clone(), identity, length)
+    let window = crate::ingest::window::open_in(dir.clone(), identity, length, None)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let now = Utc::now();
