@@ -2,11 +2,11 @@
 
 pub mod name_search;
 pub mod name_trigrams;
+pub mod postgres_sockets;
 mod reads;
 mod rows_insert;
 mod rows_update;
 pub mod statistics;
-pub mod tcp_nodelay;
 mod write_txn;
 
 use std::time::Duration;
@@ -100,23 +100,30 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
             .map_sqlx_sqlite_pool_opts(with_busy_handler);
     } else {
         opts.max_connections(20);
-        // Each new connection of the pool turns Nagle's algorithm off on the sockets to the
-        // server (see `tcp_nodelay`). sqlx keeps one hook per pool and sea-orm's (it sets the
-        // schema's search path) would be replaced by this one, so this one sets it too.
+        // Each new connection of the pool sets the socket options sqlx does not (Nagle's
+        // algorithm off, a dead peer noticed in seconds: see `postgres_sockets`). sqlx keeps one
+        // hook per pool and sea-orm's (it sets the schema's search path) would be replaced by
+        // this one, so this one sets it too.
         let port = postgres_port(url);
-        let search_path = schema.map(|s| format!("SET search_path = \"{}\"", s.replace('"', "")));
+        let mut settings: Vec<String> = postgres_sockets::server_settings()
+            .iter()
+            .map(|(name, value)| format!("SET {name} = {value}"))
+            .collect();
+        if let Some(schema) = schema {
+            settings.push(format!("SET search_path = \"{}\"", schema.replace('"', "")));
+        }
+        let settings = settings.join("; ");
         opts.map_sqlx_postgres_pool_opts(move |pool| {
-            let search_path = search_path.clone();
+            let settings = settings.clone();
             pool.after_connect(move |conn, _| {
-                let search_path = search_path.clone();
+                let settings = settings.clone();
                 Box::pin(async move {
                     if let Some(port) = port {
-                        tcp_nodelay::set_towards(port);
+                        postgres_sockets::configure_towards(port);
                     }
-                    if let Some(sql) = search_path {
-                        sea_orm::sqlx::Executor::execute(conn, sea_orm::sqlx::AssertSqlSafe(sql))
-                            .await?;
-                    }
+                    sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(settings))
+                        .execute(conn)
+                        .await?;
                     Ok(())
                 })
             })

@@ -341,7 +341,7 @@ async fn postgres_floor(url: &str, schema: &str, seconds: u64) -> anyhow::Result
     let options: PgConnectOptions = url.parse()?;
     let mut conn = PgConnection::connect_with(&options).await?;
     if let Some(port) = db::postgres_port(url) {
-        db::tcp_nodelay::set_towards(port);
+        db::postgres_sockets::configure_towards(port);
     }
     let table = format!("{schema}.floor_events");
     conn.execute(sea_orm::sqlx::AssertSqlSafe(format!(

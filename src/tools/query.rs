@@ -596,6 +596,8 @@ mod postgres {
             .username(&setup.role)
             .password(&password)
             .options([("search_path", setup.views_schema.as_str())])
+            // Kept through `DISCARD ALL`: values given at connection are the session's defaults.
+            .options(crate::db::postgres_sockets::server_settings())
             .disable_statement_logging();
         let pool = PgPoolOptions::new()
             .max_connections(QUERY_CONNECTIONS)
@@ -606,7 +608,7 @@ mod postgres {
             .idle_timeout(Duration::from_secs(60))
             .after_connect(move |_, _| {
                 Box::pin(async move {
-                    crate::db::tcp_nodelay::set_towards(port);
+                    crate::db::postgres_sockets::configure_towards(port);
                     Ok(())
                 })
             })

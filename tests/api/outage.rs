@@ -516,8 +516,211 @@ async fn count_rows(db: &DatabaseConnection, sql: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// How the database goes away.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Cut {
+    /// PostgreSQL stopped at once (`pg_ctl stop -m immediate`), and started again.
+    Stopped,
+    /// Every packet to and from PostgreSQL's port dropped (an nftables rule), and let through
+    /// again: connections stay open, nothing answers.
+    Partitioned,
+}
+
+impl Cut {
+    /// How long the database stays away.
+    fn lasts(self) -> Duration {
+        match self {
+            Cut::Stopped => OUTAGE,
+            Cut::Partitioned => PARTITION,
+        }
+    }
+
+    /// The most any request may take while the database is away. A partition leaves
+    /// statements waiting on open connections until the server's host is found silent
+    /// (`db::postgres_sockets`: 5 s of unacknowledged data, or a second of silence and then
+    /// that); requests that start later are answered within [`LIMIT`].
+    fn longest(self) -> Duration {
+        match self {
+            Cut::Stopped => LIMIT,
+            Cut::Partitioned => {
+                custintel::db::postgres_sockets::UNACKNOWLEDGED_LIMIT
+                    + custintel::db::postgres_sockets::KEEPALIVE_IDLE
+                    + LIMIT
+            }
+        }
+    }
+}
+
+/// How long the network to PostgreSQL drops everything: long enough that requests started
+/// after the connections open at its start were found dead are seen answered in time.
+const PARTITION: Duration = Duration::from_secs(14);
+
+/// The nftables table of one test's rules, dropping every packet to or from `port` on this
+/// host; removed when dropped.
+struct Partition {
+    table: String,
+}
+
+impl Partition {
+    /// Whether rules can be set here: root, with `nft`.
+    fn available() -> Result<(), String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: packet filter rules cannot be set".into());
+        }
+        match Command::new("nft").args(["list", "tables"]).output() {
+            Ok(out) if out.status.success() => Ok(()),
+            _ => Err("no working `nft` (apt-get install nftables)".into()),
+        }
+    }
+
+    fn start(port: u16) -> Self {
+        let table = format!("custintel_partition_{port}");
+        let rules = format!(
+            "table inet {table} {{\n chain output {{\n type filter hook output priority 0;\n \
+             tcp dport {port} drop\n tcp sport {port} drop\n }}\n}}\n"
+        );
+        let mut nft = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("nft");
+        use std::io::Write;
+        nft.stdin
+            .take()
+            .expect("stdin")
+            .write_all(rules.as_bytes())
+            .expect("write the rules");
+        assert!(nft.wait().expect("nft").success(), "nft refused the rules");
+        Self { table }
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+/// The advisory lock a transaction cut off by the partition holds.
+const CAUGHT_LOCK: i64 = 7_305_001;
+
+/// Connections caught by a partition: a statement whose answer the partition drops, and a
+/// transaction holding [`CAUGHT_LOCK`] whose next statement the partition drops.
+struct Caught {
+    waiting: tokio::task::JoinHandle<(Result<(), String>, Duration)>,
+    in_transaction: tokio::task::JoinHandle<(Result<(), String>, Duration)>,
+    url: String,
+}
+
+/// Starts both, half a second before the partition begins.
+async fn caught_by_the_partition(url: &str) -> Caught {
+    let db = custintel::db::connect(url, None).await.expect("connect");
+    let waiting = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let done = db
+                .execute_unprepared("SELECT pg_sleep(2)")
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            (done, started.elapsed())
+        })
+    };
+    let txn = sea_orm::TransactionTrait::begin(&db).await.expect("begin");
+    txn.execute_unprepared(&format!("SELECT pg_advisory_xact_lock({CAUGHT_LOCK})"))
+        .await
+        .expect("lock");
+    let in_transaction = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let started = Instant::now();
+        let done = txn
+            .execute_unprepared("SELECT 1")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        (done, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Caught {
+        waiting,
+        in_transaction,
+        url: url.to_string(),
+    }
+}
+
+impl Caught {
+    /// Both statements failed as lost connections within [`Cut::longest`], instead of waiting
+    /// for the partition's end; and the server dropped the cut-off transaction, so its lock
+    /// is free again soon after the partition ends.
+    async fn check(self, healed: Instant) {
+        for (what, task) in [
+            ("a statement waiting for its answer", self.waiting),
+            ("a statement in a transaction", self.in_transaction),
+        ] {
+            let (done, took) = task.await.expect("task");
+            eprintln!(
+                "{what}, caught by the partition: {done:?} after {:.2} s",
+                took.as_secs_f64()
+            );
+            assert!(done.is_err(), "{what} succeeded through the partition");
+            assert!(
+                took < Cut::Partitioned.longest(),
+                "{what} waited {:.2} s",
+                took.as_secs_f64()
+            );
+        }
+        let db = custintel::db::connect(&self.url, None)
+            .await
+            .expect("connect");
+        loop {
+            let free = db
+                .query_one_raw(Statement::from_string(
+                    db.get_database_backend(),
+                    format!("SELECT pg_try_advisory_lock({CAUGHT_LOCK})"),
+                ))
+                .await
+                .expect("try the lock")
+                .expect("a row")
+                .try_get_by_index::<bool>(0)
+                .expect("bool");
+            if free {
+                eprintln!(
+                    "the cut-off transaction's lock free {:.2} s after the partition",
+                    healed.elapsed().as_secs_f64()
+                );
+                break;
+            }
+            assert!(
+                healed.elapsed() < Duration::from_secs(10),
+                "the cut-off transaction still holds its lock 10 s after the partition"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_is_answered_503_and_work_resumes() {
+    outage_under_load(Cut::Stopped).await;
+}
+
+/// The network to PostgreSQL drops every packet: open connections get no answer and no
+/// refusal. Without keepalive and a limit on unacknowledged data, a statement sent then waited
+/// for the system's retransmission time-outs (about 15 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_partition_from_the_database_is_answered_503_and_work_resumes() {
+    if let Err(reason) = Partition::available() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    outage_under_load(Cut::Partitioned).await;
+}
+
+async fn outage_under_load(cut: Cut) {
     let Some(bin) = postgres_bin() else {
         eprintln!("skipped: no PostgreSQL server binaries under /usr/lib/postgresql/*/bin");
         return;
@@ -615,13 +818,32 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
         .collect();
 
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // In a partition, two connections of this process (set up as the service's are) are caught
+    // in the middle: one waiting for a statement's answer, one holding a lock in an open
+    // transaction.
+    let caught = match cut {
+        Cut::Stopped => None,
+        Cut::Partitioned => Some(caught_by_the_partition(&url).await),
+    };
     let stopping = Instant::now();
-    pg.stop_immediately();
+    let partition = match cut {
+        Cut::Stopped => {
+            pg.stop_immediately();
+            None
+        }
+        Cut::Partitioned => Some(Partition::start(pg.port)),
+    };
     let stopped = Instant::now();
-    tokio::time::sleep(OUTAGE).await;
+    tokio::time::sleep(cut.lasts()).await;
     let restarting = Instant::now();
-    pg.start();
+    match partition {
+        None => pg.start(),
+        Some(partition) => drop(partition),
+    }
     let restarted = Instant::now();
+    if let Some(caught) = caught {
+        caught.check(restarted).await;
+    }
 
     // Load goes on until every family has succeeded again (or RECOVERY has passed).
     let families = [
@@ -664,7 +886,7 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
         e.1 = e.1.max(s.took);
     }
     eprintln!(
-        "PostgreSQL stopped in {:.2} s, started again in {:.2} s; {} requests",
+        "PostgreSQL {cut:?} in {:.2} s, back in {:.2} s; {} requests",
         (stopped - stopping).as_secs_f64(),
         (restarted - restarting).as_secs_f64(),
         samples.len()
@@ -705,8 +927,15 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
             s.took.as_secs_f64(),
             s.body
         );
+        // Requests that started once the connections open at the start of a partition were
+        // found dead are held to the stopped server's limit.
+        let limit = if s.started >= stopped + cut.longest() - LIMIT && s.started < restarting {
+            LIMIT
+        } else {
+            cut.longest()
+        };
         assert!(
-            s.took < LIMIT,
+            s.took < limit,
             "{} {} at {:.2} s took {:.2} s (status {})",
             s.method,
             s.route,
@@ -756,7 +985,7 @@ async fn a_database_outage_is_answered_503_and_work_resumes() {
     }
     // The browser client was answered after its key's cached configuration had expired (at
     // most KEY_CACHE_TTL after the load began, 3 s before the outage).
-    let late = stopped + OUTAGE - Duration::from_secs(2);
+    let late = stopped + cut.lasts() - Duration::from_secs(2);
     assert!(
         samples.iter().any(|s| s.origin.is_some()
             && s.status == 503
