@@ -67,7 +67,7 @@ impl Reads {
     ) -> Result<(), DbErr> {
         match SqliteReads::of(db).await? {
             Some(reads) => *lock(&reads.observer) = Some(observer),
-            None => db.set_metric_callback(move |info| observer(&info.statement)),
+            None => db.set_metric_callback(move |info| observer(info.statement)),
         }
         Ok(())
     }

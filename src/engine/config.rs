@@ -253,12 +253,12 @@ impl Audience {
         }
         let mrr = customer.map(|c| c.mrr_cents);
         if let Some(min) = self.min_mrr_cents {
-            if !mrr.is_some_and(|m| m >= min) {
+            if mrr.is_none_or(|m| m < min) {
                 return Err(format!("mrrCents is below {min}"));
             }
         }
         if let Some(max) = self.max_mrr_cents {
-            if !mrr.is_some_and(|m| m <= max) {
+            if mrr.is_none_or(|m| m > max) {
                 return Err(format!("mrrCents is above {max}"));
             }
         }
@@ -283,7 +283,7 @@ impl Audience {
             None => customer.and_then(|c| c.last_activity_at),
         };
         if let Some(within) = self.active_within {
-            if !last_activity.is_some_and(|at| at >= now - within) {
+            if last_activity.is_none_or(|at| at < now - within) {
                 return Err("not active within the audience's activeWithin".into());
             }
         }

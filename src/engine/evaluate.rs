@@ -444,7 +444,7 @@ pub async fn evaluate<C: ConnectionTrait>(
                 .rule
                 .steps()
                 .iter()
-                .any(|m| m.event_names.iter().any(|n| *n == name));
+                .any(|m| m.event_names.contains(&name));
             if !wanted {
                 continue;
             }

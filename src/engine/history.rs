@@ -124,10 +124,10 @@ pub async fn get(
         .one(db)
         .await?
         .ok_or_else(not_found)?;
-    Ok(with_deliveries(db, vec![run])
+    with_deliveries(db, vec![run])
         .await?
         .pop()
-        .ok_or_else(not_found)?)
+        .ok_or_else(not_found)
 }
 
 /// What a dry run starts from.

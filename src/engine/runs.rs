@@ -455,7 +455,7 @@ pub async fn claim<C: ConnectionTrait>(
         .value(R::UpdatedAt, now)
         .value(
             R::StartedAt,
-            sea_orm::sea_query::Func::coalesce([Expr::col(R::StartedAt).into(), Expr::value(now)]),
+            sea_orm::sea_query::Func::coalesce([Expr::col(R::StartedAt), Expr::value(now)]),
         )
         .value(
             R::ProcessorAttempts,

@@ -327,7 +327,7 @@ pub fn request_issues(err: &poem::Error) -> Vec<ValidationIssue> {
         return vec![ValidationIssue::root(message)];
     }
     if let Some(e) = err.downcast_ref::<ParseParamError>() {
-        return vec![ValidationIssue::at(&e.name, e.reason.clone())];
+        return vec![ValidationIssue::at(e.name, e.reason.clone())];
     }
     if err.is::<ParsePathError>() {
         return vec![ValidationIssue::root("invalid path parameter")];

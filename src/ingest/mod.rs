@@ -370,7 +370,7 @@ pub fn origin_allowed(tracking: &Tracking, origin: &str) -> bool {
         return false;
     };
     let host = host.to_ascii_lowercase();
-    tracking.domains.iter().any(|d| *d == host)
+    tracking.domains.contains(&host)
 }
 
 async fn load_tracking(

@@ -118,7 +118,7 @@ fn luhn(digits: &[u32]) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// Removes sensitive fields from an object of form fields, at any depth.

@@ -770,7 +770,7 @@ fn validate_event(
                     ("activeTimeMs", e.active_time_ms),
                     ("totalTimeMs", e.total_time_ms),
                 ] {
-                    if !v.is_finite() || v < 0.0 || v > 1.0e12 {
+                    if !v.is_finite() || !(0.0..=1.0e12).contains(&v) {
                         return Err(format!(
                             "`{field}` must be a number of milliseconds, 0 or more"
                         )

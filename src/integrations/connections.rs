@@ -281,7 +281,7 @@ async fn lock_organization(
     organization::Entity::update_many()
         .col_expr(
             organization::Column::Name,
-            Expr::col(organization::Column::Name).into(),
+            Expr::col(organization::Column::Name),
         )
         .filter(organization::Column::Id.eq(org))
         .exec(&txn)

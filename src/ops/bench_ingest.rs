@@ -68,8 +68,8 @@ pub fn batch_body(seq: u64) -> Value {
                               "formFields": {"company": "Acme", "message": "hello", "password": "x"}}),
             39 => json!({"type": "calendar", "provider": "calendly", "eventType": "demo",
                          "duration": 30}),
-            40 if seq % 20 == 0 => json!({"type": "stage", "stage": "activated"}),
-            41 if seq % 50 == 0 => json!({"type": "billing", "status": "paid",
+            40 if seq.is_multiple_of(20) => json!({"type": "stage", "stage": "activated"}),
+            41 if seq.is_multiple_of(50) => json!({"type": "billing", "status": "paid",
                                           "customerId": format!("acct_{}", visitor % 100)}),
             _ => json!({"type": "pageview", "title": "Page", "referrer": "https://google.com",
                         "utm": {"source": "newsletter", "campaign": "launch"}}),
@@ -131,8 +131,8 @@ pub fn batch_bytes(seq: u64) -> Vec<u8> {
             39 => out.push_str(
                 r#""type":"calendar","provider":"calendly","eventType":"demo","duration":30"#,
             ),
-            40 if seq % 20 == 0 => out.push_str(r#""type":"stage","stage":"activated""#),
-            41 if seq % 50 == 0 => {
+            40 if seq.is_multiple_of(20) => out.push_str(r#""type":"stage","stage":"activated""#),
+            41 if seq.is_multiple_of(50) => {
                 let _ = write!(
                     out,
                     r#""type":"billing","status":"paid","customerId":"acct_{}""#,

@@ -69,7 +69,7 @@ where
     let db = ctx.db().await?;
     let matched: SimpleExpr = match &counted_residual {
         Some(r) => r.passes(),
-        None => Expr::val(1i64).into(),
+        None => Expr::val(1i64),
     };
     // Read by column name: a read connection's rows are not positional (see db::Reads).
     let mut keys: Vec<SortKey> = E::find()

@@ -77,7 +77,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         range.before = Some(now - parse_duration("inactiveFor", raw)?);
     }
     let revenue =
-        (input.min_mrr_cents.is_some() || input.max_mrr_cents.is_some()).then(|| Revenue {
+        (input.min_mrr_cents.is_some() || input.max_mrr_cents.is_some()).then_some(Revenue {
             min: input.min_mrr_cents,
             max: input.max_mrr_cents,
         });

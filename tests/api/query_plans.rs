@@ -81,7 +81,7 @@ async fn insert<A: ActiveModelTrait + Send>(db: &DatabaseConnection, rows: Vec<A
 /// types share the rest. A filter matching a large part of a small table is read whole by
 /// PostgreSQL whatever the indexes, which says nothing about a large one.
 fn source_type(i: usize) -> &'static str {
-    if i % 50 == 0 {
+    if i.is_multiple_of(50) {
         "SUPPORT_TICKET"
     } else {
         ["CALL", "EMAIL", "CALENDAR_EVENT", "OPPORTUNITY"][i % 4]

@@ -120,7 +120,7 @@ impl Client {
                 )
                 .await;
             }
-            if round % 2 == 0 {
+            if round.is_multiple_of(2) {
                 let r = self
                     .send(
                         reqwest::Method::POST,
@@ -172,7 +172,7 @@ impl Client {
         )
         .await;
         // Integrations: connects and disconnects of one organization race each other.
-        if client % 8 == 0 {
+        if client.is_multiple_of(8) {
             self.send(
                 reqwest::Method::POST,
                 "/api/integrations/connect",

@@ -347,7 +347,7 @@ fn cors_headers(origin: &str) -> Vec<(HeaderName, HeaderValue)> {
     ]
 }
 
-fn header_str<'r>(req: &'r Request, name: HeaderName) -> Option<&'r str> {
+fn header_str(req: &Request, name: HeaderName) -> Option<&str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 

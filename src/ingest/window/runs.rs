@@ -172,7 +172,7 @@ impl KeyRun {
             hasher.update(bytes);
             for record in bytes.chunks_exact(RECORD as usize) {
                 let (key, first_seen) = decode_record(record);
-                if i % INDEX_EVERY == 0 {
+                if i.is_multiple_of(INDEX_EVERY) {
                     index.push(key);
                 }
                 each(&key, first_seen);
@@ -359,7 +359,7 @@ impl RunWriter {
         let record = encode_record(key, second);
         self.file.append(&record)?;
         self.hasher.update(&record);
-        if self.count % INDEX_EVERY == 0 {
+        if self.count.is_multiple_of(INDEX_EVERY) {
             self.index.push(*key);
         }
         self.count += 1;
