@@ -615,20 +615,23 @@ struct Caught {
     url: String,
 }
 
+/// Runs `sql`: whether it succeeded (or why not), and how long it took.
+async fn timed<C: ConnectionTrait>(conn: &C, sql: &str) -> (Result<(), String>, Duration) {
+    let started = Instant::now();
+    let done = conn
+        .execute_unprepared(sql)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    (done, started.elapsed())
+}
+
 /// Starts both, half a second before the partition begins.
 async fn caught_by_the_partition(url: &str) -> Caught {
     let db = custintel::db::connect(url, None).await.expect("connect");
     let waiting = {
         let db = db.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let done = db
-                .execute_unprepared("SELECT pg_sleep(2)")
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string());
-            (done, started.elapsed())
-        })
+        tokio::spawn(async move { timed(&db, "SELECT pg_sleep(2)").await })
     };
     let txn = sea_orm::TransactionTrait::begin(&db).await.expect("begin");
     txn.execute_unprepared(&format!("SELECT pg_advisory_xact_lock({CAUGHT_LOCK})"))
@@ -636,13 +639,7 @@ async fn caught_by_the_partition(url: &str) -> Caught {
         .expect("lock");
     let in_transaction = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1_000)).await;
-        let started = Instant::now();
-        let done = txn
-            .execute_unprepared("SELECT 1")
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string());
-        (done, started.elapsed())
+        timed(&txn, "SELECT 1").await
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     Caught {
