@@ -514,9 +514,10 @@ async fn appliers_lease_organizations_one_at_a_time() {
         None,
         "the schema's lock stops every applier"
     );
-    drop(held);
 
-    // The first organization's lease is taken elsewhere: the second's batches are applied.
+    // The first organization's lease is taken elsewhere (before the appliers are let go, or
+    // the server's applier could take that organization first): the second's batches are
+    // applied.
     let lease = db.begin().await.expect("transaction");
     lease
         .execute_unprepared(&format!(
@@ -525,6 +526,7 @@ async fn appliers_lease_organizations_one_at_a_time() {
         ))
         .await
         .expect("lease");
+    drop(held);
     let stored = |org: String| {
         let db = db.clone();
         async move {
