@@ -100,30 +100,27 @@ pub async fn connect(url: &str, schema: Option<&str>) -> anyhow::Result<Database
             .map_sqlx_sqlite_pool_opts(with_busy_handler);
     } else {
         opts.max_connections(20);
+        // The session's settings travel with the connection's start-up message (no statement
+        // of their own): the server's side of a dead peer's limits, and the schema.
+        let search_path = schema.map(|s| format!("\"{}\"", s.replace('"', "")));
+        opts.map_sqlx_postgres_opts(move |pg| {
+            let pg = pg.options(postgres_sockets::server_settings());
+            match &search_path {
+                Some(search_path) => pg.options([("search_path", search_path)]),
+                None => pg,
+            }
+        });
         // Each new connection of the pool sets the socket options sqlx does not (Nagle's
-        // algorithm off, a dead peer noticed in seconds: see `postgres_sockets`). sqlx keeps one
-        // hook per pool and sea-orm's (it sets the schema's search path) would be replaced by
-        // this one, so this one sets it too.
+        // algorithm off, a dead peer noticed in seconds: see `postgres_sockets`). sqlx keeps
+        // one hook per pool, and this one replaces sea-orm's, which would only repeat the
+        // schema's search path.
         let port = postgres_port(url);
-        let mut settings: Vec<String> = postgres_sockets::server_settings()
-            .iter()
-            .map(|(name, value)| format!("SET {name} = {value}"))
-            .collect();
-        if let Some(schema) = schema {
-            settings.push(format!("SET search_path = \"{}\"", schema.replace('"', "")));
-        }
-        let settings = settings.join("; ");
         opts.map_sqlx_postgres_pool_opts(move |pool| {
-            let settings = settings.clone();
-            pool.after_connect(move |conn, _| {
-                let settings = settings.clone();
+            pool.after_connect(move |_, _| {
                 Box::pin(async move {
                     if let Some(port) = port {
                         postgres_sockets::configure_towards(port);
                     }
-                    sea_orm::sqlx::raw_sql(sea_orm::sqlx::AssertSqlSafe(settings))
-                        .execute(conn)
-                        .await?;
                     Ok(())
                 })
             })

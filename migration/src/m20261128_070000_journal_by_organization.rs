@@ -6,29 +6,12 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::postgres_only;
-
-#[derive(DeriveMigrationName)]
-pub struct Migration;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &[
-                "CREATE INDEX IF NOT EXISTS ix_ingest_journal_organization_id_seq \
-               ON ingest_journal (organization_id, seq)",
-            ],
-        )
-        .await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &["DROP INDEX IF EXISTS ix_ingest_journal_organization_id_seq"],
-        )
-        .await
-    }
+crate::postgres_only_migration! {
+    up: [
+        "CREATE INDEX IF NOT EXISTS ix_ingest_journal_organization_id_seq \
+         ON ingest_journal (organization_id, seq)",
+    ],
+    down: [
+        "DROP INDEX IF EXISTS ix_ingest_journal_organization_id_seq",
+    ],
 }

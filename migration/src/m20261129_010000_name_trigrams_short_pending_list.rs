@@ -13,34 +13,15 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::postgres_only;
-
-#[derive(DeriveMigrationName)]
-pub struct Migration;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // `IF EXISTS`: the indexes are left out where `pg_trgm` could not be created.
-        postgres_only::run(
-            manager,
-            &[
-                "ALTER INDEX IF EXISTS ix_customers_name_trigrams \
-                 SET (gin_pending_list_limit = 64)",
-                "ALTER INDEX IF EXISTS ix_users_name_trigrams SET (gin_pending_list_limit = 64)",
-            ],
-        )
-        .await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &[
-                "ALTER INDEX IF EXISTS ix_customers_name_trigrams RESET (gin_pending_list_limit)",
-                "ALTER INDEX IF EXISTS ix_users_name_trigrams RESET (gin_pending_list_limit)",
-            ],
-        )
-        .await
-    }
+crate::postgres_only_migration! {
+    // `IF EXISTS`: the indexes are left out where `pg_trgm` could not be created.
+    up: [
+        "ALTER INDEX IF EXISTS ix_customers_name_trigrams \
+         SET (gin_pending_list_limit = 64)",
+        "ALTER INDEX IF EXISTS ix_users_name_trigrams SET (gin_pending_list_limit = 64)",
+    ],
+    down: [
+        "ALTER INDEX IF EXISTS ix_customers_name_trigrams RESET (gin_pending_list_limit)",
+        "ALTER INDEX IF EXISTS ix_users_name_trigrams RESET (gin_pending_list_limit)",
+    ],
 }

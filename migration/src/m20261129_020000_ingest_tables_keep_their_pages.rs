@@ -11,33 +11,14 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::postgres_only;
-
-#[derive(DeriveMigrationName)]
-pub struct Migration;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &[
-                "ALTER TABLE ingest_message_keys SET (vacuum_truncate = false)",
-                "ALTER TABLE ingest_journal SET \
-                 (vacuum_truncate = false, toast.vacuum_truncate = false)",
-            ],
-        )
-        .await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &[
-                "ALTER TABLE ingest_message_keys RESET (vacuum_truncate)",
-                "ALTER TABLE ingest_journal RESET (vacuum_truncate, toast.vacuum_truncate)",
-            ],
-        )
-        .await
-    }
+crate::postgres_only_migration! {
+    up: [
+        "ALTER TABLE ingest_message_keys SET (vacuum_truncate = false)",
+        "ALTER TABLE ingest_journal SET \
+         (vacuum_truncate = false, toast.vacuum_truncate = false)",
+    ],
+    down: [
+        "ALTER TABLE ingest_message_keys RESET (vacuum_truncate)",
+        "ALTER TABLE ingest_journal RESET (vacuum_truncate, toast.vacuum_truncate)",
+    ],
 }

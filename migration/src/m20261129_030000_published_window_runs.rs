@@ -10,46 +10,27 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::postgres_only;
-
-#[derive(DeriveMigrationName)]
-pub struct Migration;
-
-#[async_trait::async_trait]
-impl MigrationTrait for Migration {
-    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &[
-                "CREATE TABLE ingest_window_runs (
-                    publisher text NOT NULL,
-                    first_seal bigint NOT NULL,
-                    last_seal bigint NOT NULL,
-                    part integer NOT NULL,
-                    newest_second bigint NOT NULL,
-                    sealed_at_second bigint NOT NULL,
-                    content bytea NOT NULL,
-                    PRIMARY KEY (publisher, first_seal, last_seal, part)
-                )",
-                "ALTER TABLE ingest_window_runs ALTER COLUMN content SET STORAGE EXTERNAL",
-                "CREATE TABLE ingest_window_publisher (
-                    id smallint PRIMARY KEY CHECK (id = 1),
-                    publisher text NOT NULL,
-                    renewed_at timestamptz NOT NULL
-                )",
-            ],
-        )
-        .await
-    }
-
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        postgres_only::run(
-            manager,
-            &[
-                "DROP TABLE ingest_window_publisher",
-                "DROP TABLE ingest_window_runs",
-            ],
-        )
-        .await
-    }
+crate::postgres_only_migration! {
+    up: [
+        "CREATE TABLE ingest_window_runs (
+            publisher text NOT NULL,
+            first_seal bigint NOT NULL,
+            last_seal bigint NOT NULL,
+            part integer NOT NULL,
+            newest_second bigint NOT NULL,
+            sealed_at_second bigint NOT NULL,
+            content bytea NOT NULL,
+            PRIMARY KEY (publisher, first_seal, last_seal, part)
+        )",
+        "ALTER TABLE ingest_window_runs ALTER COLUMN content SET STORAGE EXTERNAL",
+        "CREATE TABLE ingest_window_publisher (
+            id smallint PRIMARY KEY CHECK (id = 1),
+            publisher text NOT NULL,
+            renewed_at timestamptz NOT NULL
+        )",
+    ],
+    down: [
+        "DROP TABLE ingest_window_publisher",
+        "DROP TABLE ingest_window_runs",
+    ],
 }

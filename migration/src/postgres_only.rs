@@ -14,3 +14,24 @@ pub async fn run(manager: &SchemaManager<'_>, statements: &[&str]) -> Result<(),
     }
     Ok(())
 }
+
+/// A migration that only PostgreSQL takes: its `up` and `down` statements, each run in order
+/// (see [`run`]). Named after the file it is written in, as every migration is.
+#[macro_export]
+macro_rules! postgres_only_migration {
+    (up: [$($up:expr),* $(,)?], down: [$($down:expr),* $(,)?] $(,)?) => {
+        #[derive(DeriveMigrationName)]
+        pub struct Migration;
+
+        #[async_trait::async_trait]
+        impl MigrationTrait for Migration {
+            async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+                $crate::postgres_only::run(manager, &[$($up),*]).await
+            }
+
+            async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+                $crate::postgres_only::run(manager, &[$($down),*]).await
+            }
+        }
+    };
+}

@@ -88,6 +88,12 @@ fn second(at: DateTime<Utc>) -> u32 {
     u32::try_from(at.timestamp().max(0)).unwrap_or(u32::MAX)
 }
 
+/// The second before which a key has left a window of `window`, now.
+fn expired_second(window: Duration) -> u32 {
+    let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
+    second(Utc::now() - window)
+}
+
 /// Recent keys handed to the window's thread to be written as a run.
 struct Seal {
     number: u64,
@@ -756,9 +762,8 @@ pub struct RunsRead {
 impl RunsRead {
     /// Fingerprints sized for about `records` keys, for a window of `window`.
     pub fn for_records(records: u64, window: Duration) -> Self {
-        let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(1));
         Self {
-            expired: second(Utc::now() - window),
+            expired: expired_second(window),
             fingerprints: Fingerprints::for_keys(usize::try_from(records).unwrap_or(0)),
             overflowed: vec![false; SHARDS],
             read: HashMap::new(),

@@ -61,12 +61,9 @@ pub fn publisher_name(dir: &Path) -> io::Result<String> {
     }
 }
 
-fn second_now() -> i64 {
-    Utc::now().timestamp()
-}
-
+/// The window's expiry as the database's columns hold seconds.
 fn expired_second(window: Duration) -> i64 {
-    second_now() - i64::try_from(window.as_secs()).unwrap_or(i64::MAX / 2)
+    i64::from(super::expired_second(window))
 }
 
 /// A run as the database lists it.
