@@ -39,6 +39,21 @@ pub fn dedup_window() -> anyhow::Result<std::time::Duration> {
     }
 }
 
+/// The request bytes of unanswered ingest batches an instance holds
+/// (`CUSTINTEL_INGEST_BACKLOG_MB`, whole MiB, default 16); `serve` refuses to start on a
+/// malformed value.
+pub fn ingest_backlog_bytes() -> anyhow::Result<usize> {
+    match std::env::var("CUSTINTEL_INGEST_BACKLOG_MB") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(mb) if (1..=4096).contains(&mb) => Ok(mb * 1024 * 1024),
+            _ => anyhow::bail!(
+                "CUSTINTEL_INGEST_BACKLOG_MB: expected whole MiB from 1 to 4096, got {v:?}"
+            ),
+        },
+        _ => Ok(crate::ingest::backlog::DEFAULT_BYTES),
+    }
+}
+
 /// How long PostgreSQL's shared table keeps a `messageId` claim
 /// (`CUSTINTEL_DEDUP_SHARED_SPAN`); `serve` refuses to start on a malformed value.
 pub fn dedup_shared_timing() -> anyhow::Result<crate::ingest::window::shared::SharedTiming> {

@@ -177,6 +177,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { bind, public_url } => {
             config::dedup_window()?;
             config::dedup_shared_timing()?;
+            config::ingest_backlog_bytes()?;
             let public = public_url.unwrap_or_else(|| format!("http://{bind}"));
             let state = config::open_state(&url, &public).await?;
             custintel::http::server::serve(state, &bind, |addr| {

@@ -188,7 +188,25 @@ pub async fn render(state: &AppState) -> String {
     let _ = TextEncoder::new().encode(&m.registry.gather(), &mut out);
     let mut text = String::from_utf8(out).unwrap_or_default();
     write_lag_histogram(&mut text);
+    write_saturated(&mut text);
     text
+}
+
+/// Batches refused because the instance held as many unanswered batches as it may: a count
+/// apart from the 503s of an outage, so an operator sees the offered load outgrow the database.
+fn write_saturated(text: &mut String) {
+    let name = "custintel_ingest_batches_saturated_total";
+    let _ = writeln!(
+        text,
+        "# HELP {name} Ingest batches refused with 503 because the instance held as many \
+         unanswered batches as CUSTINTEL_INGEST_BACKLOG_MB allows."
+    );
+    let _ = writeln!(text, "# TYPE {name} counter");
+    let _ = writeln!(
+        text,
+        "{name} {}",
+        stats::stats().saturated_batches.load(Relaxed)
+    );
 }
 
 /// Moves what the ingest counters gained since the last scrape into the Prometheus counters.

@@ -79,12 +79,13 @@ pub fn openapi_value() -> Value {
     openapi_document(&api::service(state, ingest).spec())
 }
 
-/// The Ingest API over `db` with this process's `messageId` window (`CUSTINTEL_DEDUP_WINDOW`,
-/// or the default).
-fn configured_ingest(db: &sea_orm::DatabaseConnection) -> crate::ingest::Ingest {
+/// The Ingest API over `db` with this process's `messageId` window (`CUSTINTEL_DEDUP_WINDOW`)
+/// and backlog (`CUSTINTEL_INGEST_BACKLOG_MB`), or their defaults.
+pub fn configured_ingest(db: &sea_orm::DatabaseConnection) -> crate::ingest::Ingest {
     crate::ingest::Ingest::new(
         db.clone(),
         crate::config::dedup_window().unwrap_or(crate::ingest::dedup::DEFAULT_WINDOW),
+        crate::config::ingest_backlog_bytes().unwrap_or(crate::ingest::backlog::DEFAULT_BYTES),
     )
 }
 
@@ -253,7 +254,19 @@ pub async fn serve(
 /// Like [`serve`], but stops (as it does on a signal) when `stop` completes: benchmarks stop
 /// their in-process instances before dropping what those instances use.
 pub async fn serve_until(
+    state: crate::state::AppState,
+    bind: &str,
+    on_bound: impl FnOnce(SocketAddr),
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let ingest = configured_ingest(&state.db);
+    serve_ingest_until(state, ingest, bind, on_bound, stop).await
+}
+
+/// Like [`serve_until`], with the Ingest API given (tests give one a small backlog).
+pub async fn serve_ingest_until(
     mut state: crate::state::AppState,
+    ingest: crate::ingest::Ingest,
     bind: &str,
     on_bound: impl FnOnce(SocketAddr),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -272,7 +285,6 @@ pub async fn serve_until(
     on_bound(addr);
     // The messageId window loads while the rest starts: the instance is ready (and takes
     // batches at once) when it is loaded.
-    let ingest = configured_ingest(&state.db);
     ingest.start();
     let workers = crate::workers::Workers::start(&state).await?;
     // SIGTERM (containers, systemd, Kubernetes) stops the server as Ctrl-C does: no new

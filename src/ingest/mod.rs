@@ -6,6 +6,7 @@
 pub mod after_apply;
 pub mod applier;
 pub mod apply_txn;
+pub mod backlog;
 pub mod dedup;
 pub mod effects;
 pub mod journal;
@@ -83,6 +84,9 @@ pub enum IngestError {
 
 /// What a request is told when the database cannot be reached.
 const UNAVAILABLE: &str = "the database is unavailable: the events were not acknowledged; retry";
+/// What a request is told when the instance holds as many unanswered batches as it may.
+const SATURATED: &str = "the service is receiving events faster than it can store them: \
+     the events were not acknowledged; retry after the time in Retry-After";
 
 /// The error a failed database read of the Ingest API answers.
 fn db_error(context: &str, err: &DbErr) -> IngestError {
@@ -145,6 +149,8 @@ struct Inner {
     keys: Mutex<HashMap<String, CachedKey>>,
     /// Requests with keys that name no enabled configuration share one default allowance.
     unknown_keys: Limiter,
+    /// Room for the bodies of batches not yet answered.
+    backlog: backlog::Backlog,
 }
 
 fn limiter(per_second: u32) -> Limiter {
@@ -175,9 +181,10 @@ fn rate_check(limiter: &Limiter, limit: u32) -> Result<RateInfo, IngestError> {
 }
 
 impl Ingest {
-    /// The Ingest API over `db`, dropping `messageId` repeats within `window`. The applier
-    /// that applies the effects runs beside it ([`applier::Applier`]).
-    pub fn new(db: DatabaseConnection, window: Duration) -> Self {
+    /// The Ingest API over `db`, dropping `messageId` repeats within `window` and holding at
+    /// most `backlog_bytes` of unanswered batches ([`backlog`]). The applier that applies the
+    /// effects runs beside it ([`applier::Applier`]).
+    pub fn new(db: DatabaseConnection, window: Duration, backlog_bytes: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -186,6 +193,7 @@ impl Ingest {
                 window_loaded: Arc::new(AtomicBool::new(false)),
                 keys: Mutex::new(HashMap::new()),
                 unknown_keys: limiter(DEFAULT_RATE_LIMIT as u32),
+                backlog: backlog::Backlog::new(backlog_bytes),
             }),
         }
     }
@@ -317,6 +325,14 @@ impl Ingest {
         body: &[u8],
         received_at: DateTime<Utc>,
     ) -> Result<IngestOutcome, IngestError> {
+        // Room is taken before the body is parsed, so a refused batch costs no parsing and the
+        // parsed batches held stay within the budget too. It is given back once answered.
+        let Some(_room) = self.inner.backlog.admit(body.len()).await else {
+            stats::stats()
+                .saturated_batches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(IngestError::Unavailable(SATURATED.into()));
+        };
         let (batch, errors) =
             validate::validate_batch(&tracking.organization_id, body, received_at)
                 .map_err(|r| IngestError::BadRequest(r.0))?;

@@ -18,6 +18,9 @@ pub struct IngestStats {
     pub refused: AtomicU64,
     /// Events whose effects were applied.
     pub applied: AtomicU64,
+    /// Batches refused with 503 because the instance held as many unanswered batches as it may
+    /// (`backlog`): the offered load is above what the database commits.
+    pub saturated_batches: AtomicU64,
     /// Applied events per lag bucket (the last is the overflow bucket).
     lag: [AtomicU64; LAG_BUCKETS.len() + 1],
     /// Sum of lags in milliseconds, weighted by events.
@@ -35,6 +38,7 @@ static STATS: IngestStats = IngestStats {
     repeats: AtomicU64::new(0),
     refused: AtomicU64::new(0),
     applied: AtomicU64::new(0),
+    saturated_batches: AtomicU64::new(0),
     lag: [const { AtomicU64::new(0) }; LAG_BUCKETS.len() + 1],
     lag_sum_ms: AtomicU64::new(0),
     writer_busy_us: AtomicU64::new(0),

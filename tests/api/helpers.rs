@@ -115,7 +115,18 @@ pub async fn spawn_with(
     backend: Backend,
     integrations: custintel::integrations::IntegrationsConfig,
 ) -> Option<TestApp> {
-    spawn_configured(backend, integrations, Default::default()).await
+    spawn_configured(backend, integrations, Default::default(), None).await
+}
+
+/// [`spawn`] whose Ingest API holds at most `bytes` of unanswered batches.
+pub async fn spawn_with_ingest_backlog(backend: Backend, bytes: usize) -> Option<TestApp> {
+    spawn_configured(
+        backend,
+        quiet_integrations(),
+        Default::default(),
+        Some(bytes),
+    )
+    .await
 }
 
 /// [`spawn`] with chosen agent settings (e.g. a fake Chat Completions server).
@@ -123,13 +134,14 @@ pub async fn spawn_with_agents(
     backend: Backend,
     agents: custintel::agents::AgentsConfig,
 ) -> Option<TestApp> {
-    spawn_configured(backend, quiet_integrations(), agents).await
+    spawn_configured(backend, quiet_integrations(), agents, None).await
 }
 
 async fn spawn_configured(
     backend: Backend,
     integrations: custintel::integrations::IntegrationsConfig,
     agents: custintel::agents::AgentsConfig,
+    ingest_backlog: Option<usize>,
 ) -> Option<TestApp> {
     let (db, tmp) = fresh_db(backend).await?;
     let state = AppState {
@@ -143,10 +155,24 @@ async fn spawn_configured(
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
     let serve_state = state.clone();
+    let ingest = match ingest_backlog {
+        Some(bytes) => custintel::ingest::Ingest::new(
+            db.clone(),
+            custintel::ingest::dedup::DEFAULT_WINDOW,
+            bytes,
+        ),
+        None => custintel::http::server::configured_ingest(&db),
+    };
     tokio::spawn(async move {
-        custintel::http::server::serve(serve_state, "127.0.0.1:0", move |addr| {
-            let _ = tx.send(addr);
-        })
+        custintel::http::server::serve_ingest_until(
+            serve_state,
+            ingest,
+            "127.0.0.1:0",
+            move |addr| {
+                let _ = tx.send(addr);
+            },
+            custintel::http::server::shutdown_signal(),
+        )
         .await
         .expect("server");
     });

@@ -14,6 +14,7 @@ mod contract;
 mod engine;
 mod import;
 mod ingest;
+mod ingest_backlog;
 mod ingest_durability;
 mod ingest_journal;
 mod integrations;

@@ -149,9 +149,10 @@ pub enum IngestResponse {
     /// The events could not be stored; nothing was acknowledged, retry later.
     #[oai(status = 500)]
     Internal(Json<IngestRequestError>),
-    /// The database cannot be reached: the events were not acknowledged. Retry the batch
-    /// unchanged after `Retry-After`; with `messageId`s, events that were stored all the same
-    /// are not stored twice.
+    /// The events were not acknowledged: the database cannot be reached, or the instance is
+    /// receiving events faster than it can store them and refused this batch at once. Retry
+    /// the batch unchanged after `Retry-After`; with `messageId`s, events that were stored all
+    /// the same are not stored twice.
     #[oai(
         status = 503,
         header(
