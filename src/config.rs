@@ -40,7 +40,7 @@ pub fn dedup_window() -> anyhow::Result<std::time::Duration> {
 }
 
 /// The request bytes of unanswered ingest batches an instance holds
-/// (`CUSTINTEL_INGEST_BACKLOG_MB`, whole MiB, default 16); `serve` refuses to start on a
+/// (`CUSTINTEL_INGEST_BACKLOG_MB`, whole MiB, default 4); `serve` refuses to start on a
 /// malformed value.
 pub fn ingest_backlog_bytes() -> anyhow::Result<usize> {
     match std::env::var("CUSTINTEL_INGEST_BACKLOG_MB") {

@@ -114,7 +114,12 @@ async fn readyz(
     ingest: poem::web::Data<&crate::ingest::Ingest>,
 ) -> Response {
     match tokio::time::timeout(READY_TIMEOUT, db.ping()).await {
-        Ok(Ok(())) if !ingest.window_loaded() => not_ready("the messageId window is loading"),
+        Ok(Ok(())) if !ingest.window_loaded() => match ingest.window_failure() {
+            Some(failure) => not_ready(&format!(
+                "the messageId window cannot be loaded (retrying): {failure}"
+            )),
+            None => not_ready("the messageId window is loading"),
+        },
         Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness check: the database cannot be reached");

@@ -21,10 +21,7 @@ pub mod writer;
 use std::{
     collections::HashMap,
     num::NonZeroU32,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex, OnceLock,
-    },
+    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -145,7 +142,7 @@ struct Inner {
     writer: OnceLock<mpsc::Sender<writer::Job>>,
     /// Set by the writer once its `messageId` window is loaded: until then batches wait in its
     /// queue, and the instance does not call itself ready.
-    window_loaded: Arc<AtomicBool>,
+    window_loading: Arc<writer::WindowLoading>,
     keys: Mutex<HashMap<String, CachedKey>>,
     /// Requests with keys that name no enabled configuration share one default allowance.
     unknown_keys: Limiter,
@@ -190,7 +187,7 @@ impl Ingest {
                 db,
                 window,
                 writer: OnceLock::new(),
-                window_loaded: Arc::new(AtomicBool::new(false)),
+                window_loading: Default::default(),
                 keys: Mutex::new(HashMap::new()),
                 unknown_keys: limiter(DEFAULT_RATE_LIMIT as u32),
                 backlog: backlog::Backlog::new(backlog_bytes),
@@ -208,7 +205,14 @@ impl Ingest {
     /// that they wait in its queue (a start on a long window takes seconds), so readiness
     /// waits for it too.
     pub fn window_loaded(&self) -> bool {
-        self.inner.window_loaded.load(Ordering::Acquire)
+        self.inner.window_loading.is_loaded()
+    }
+
+    /// Why the last try to load the `messageId` window failed, while it is not loaded (the
+    /// writer keeps trying): a window directory that cannot be written, a database that does not
+    /// answer.
+    pub fn window_failure(&self) -> Option<String> {
+        self.inner.window_loading.failure()
     }
 
     fn writer(&self) -> &mpsc::Sender<writer::Job> {
@@ -216,7 +220,7 @@ impl Ingest {
             writer::spawn(
                 self.inner.db.clone(),
                 self.inner.window,
-                self.inner.window_loaded.clone(),
+                self.inner.window_loading.clone(),
             )
         })
     }

@@ -108,15 +108,53 @@ enum Repeats {
     },
 }
 
+/// Whether the writer has loaded its `messageId` window (and takes batches), and while it has
+/// not, why the last try failed: readiness reports it.
+#[derive(Default)]
+pub struct WindowLoading {
+    loaded: AtomicBool,
+    failure: std::sync::Mutex<Option<String>>,
+}
+
+impl WindowLoading {
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// Why the last try to load failed, while the window is not loaded.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn failed(&self, what: &str, err: &DbErr) {
+        tracing::error!(error = %err, "{what}; retrying");
+        // Our own errors' text, without the driver's "Custom Error" prefix.
+        let reason = match err {
+            DbErr::Custom(reason) => reason.clone(),
+            other => other.to_string(),
+        };
+        if let Ok(mut failure) = self.failure.lock() {
+            *failure = Some(format!("{what}: {reason}"));
+        }
+    }
+
+    fn done(&self) {
+        if let Ok(mut failure) = self.failure.lock() {
+            *failure = None;
+        }
+        self.loaded.store(true, Ordering::Release);
+    }
+}
+
 /// Starts the writer task on the current runtime; it ends when every sender is dropped.
-/// `loaded` is set once the `messageId` window is loaded and batches are taken.
+/// `loading` says once the `messageId` window is loaded and batches are taken.
 pub fn spawn(
     db: DatabaseConnection,
     window: Duration,
-    loaded: Arc<AtomicBool>,
+    loading: Arc<WindowLoading>,
 ) -> mpsc::Sender<Job> {
     let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
-    tokio::spawn(run(db, rx, window, loaded));
+    tokio::spawn(run(db, rx, window, loading));
     tx
 }
 
@@ -124,7 +162,7 @@ async fn run(
     db: DatabaseConnection,
     mut rx: mpsc::Receiver<Job>,
     window: Duration,
-    loaded: Arc<AtomicBool>,
+    loading: Arc<WindowLoading>,
 ) {
     // Requests wait (in the queue) until the journal is open and the window rebuilt.
     let mut delay = Duration::from_millis(200);
@@ -132,7 +170,7 @@ async fn run(
         match journal::Journal::of(&db).await {
             Ok(journal) => break journal,
             Err(e) => {
-                tracing::error!(error = %e, "could not open the ingest journal; retrying");
+                loading.failed("could not open the ingest journal", &e);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
@@ -145,7 +183,7 @@ async fn run(
                 match SharedWindow::open(&db, &journal, window, timing).await {
                     Ok(own) => break own,
                     Err(e) => {
-                        tracing::error!(error = %e, "could not rebuild the messageId window; retrying");
+                        loading.failed("could not rebuild the messageId window", &e);
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(5));
                     }
@@ -173,7 +211,7 @@ async fn run(
                 match loaded {
                     Ok(memory) => break memory,
                     Err(e) => {
-                        tracing::error!(error = %e, "could not rebuild the messageId window; retrying");
+                        loading.failed("could not rebuild the messageId window", &e);
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(5));
                     }
@@ -188,7 +226,7 @@ async fn run(
             Repeats::Memory(memory)
         }
     };
-    loaded.store(true, Ordering::Release);
+    loading.done();
     // Until when batches are refused without trying, after the database was found unreachable.
     let mut unreachable_until: Option<std::time::Instant> = None;
     while let Some(first) = rx.recv().await {

@@ -866,12 +866,17 @@ pub async fn open_in(
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|n| *n > 0)
         .unwrap_or(SEAL_KEYS);
+    let shown = dir.display().to_string();
     tokio::task::spawn_blocking(move || {
         LocalWindow::open_with(&dir, &identity, window, seal_keys, read)
     })
     .await
     .map_err(|e| DbErr::Custom(format!("opening the messageId window stopped: {e}")))?
-    .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))
+    .map_err(|e| {
+        DbErr::Custom(format!(
+            "could not open the messageId window in {shown}: {e}"
+        ))
+    })
 }
 
 /// What tells this database apart from another later made at the same path: when its schema

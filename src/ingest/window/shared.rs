@@ -242,8 +242,13 @@ fn claim_directory(base: &std::path::Path, identity: &str) -> std::io::Result<(P
 /// fill a window there before they start an instance that takes it back.)
 pub async fn free_directory(db: &DatabaseConnection) -> Result<(PathBuf, String, File), DbErr> {
     let identity = database_identity(db).await?;
-    let (dir, lock) = claim_directory(&base_directory(), &identity)
-        .map_err(|e| DbErr::Custom(format!("could not open the messageId window: {e}")))?;
+    let base = base_directory();
+    let (dir, lock) = claim_directory(&base, &identity).map_err(|e| {
+        DbErr::Custom(format!(
+            "could not open the messageId window in {} (CUSTINTEL_WINDOW_DIR): {e}",
+            base.display()
+        ))
+    })?;
     Ok((dir, identity, lock))
 }
 
