@@ -20,6 +20,35 @@ pub fn time_ordered_id() -> String {
     encode(millis, counter).to_string()
 }
 
+/// Makes every later [`time_ordered_id`] of this process sort after `id` (one made earlier, by
+/// this process or one before it), whatever the clock says: a process started after the clock
+/// stepped back continues above the ids already stored, so reading "everything after an id"
+/// still finds what it makes. Text that is not such an id changes nothing.
+pub fn never_below(id: &str) {
+    let Ok(uuid) = uuid::Uuid::parse_str(id) else {
+        return;
+    };
+    let floor = decode(&uuid);
+    let mut last = LAST_ID
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if floor > *last {
+        *last = floor;
+    }
+}
+
+/// The (millisecond, counter) of an id [`encode`] made.
+fn decode(uuid: &uuid::Uuid) -> (u64, u128) {
+    let b = uuid.as_bytes();
+    let mut millis = [0u8; 8];
+    millis[2..].copy_from_slice(&b[..6]);
+    let high = (u128::from(b[6] & 0x0f) << 8) | u128::from(b[7]);
+    let mut low = [0u8; 8];
+    low[1..].copy_from_slice(&b[9..]);
+    let low = (u128::from(b[8] & 0x3f) << 56) | u128::from(u64::from_be_bytes(low));
+    (u64::from_be_bytes(millis), (high << 62) | low)
+}
+
 /// The 74 bits after the time: random, with the top bit clear so a millisecond can count up
 /// from it 2^73 times before it runs over.
 const COUNTER_BITS: u32 = 74;
@@ -96,6 +125,22 @@ mod tests {
         assert!(time_ordered_floor(at) <= id);
         assert!(id < time_ordered_floor(at + chrono::Duration::milliseconds(1)));
         assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
+    }
+
+    #[test]
+    fn ids_made_after_a_floor_sort_above_it_whatever_the_clock() {
+        let full = (1u128 << COUNTER_BITS) - 1;
+        for (millis, counter) in [(5, 2), (1_795_000_000_000, full), (0, 0)] {
+            assert_eq!(decode(&encode(millis, counter)), (millis, counter));
+        }
+        // An id a second ahead of the clock (stored before the clock stepped back): the next
+        // ids still sort after it. (A second, so other tests' ids stay near the clock.)
+        let ahead = time_ordered_id_at(Utc::now() + chrono::Duration::seconds(1));
+        never_below(&ahead);
+        let next = time_ordered_id();
+        assert!(next > ahead, "{next} after {ahead}");
+        never_below("not an id");
+        assert!(time_ordered_id() > next);
     }
 
     #[test]

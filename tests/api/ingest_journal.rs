@@ -644,3 +644,97 @@ async fn a_batch_that_waited_too_long_is_refused_then_its_retry_stored_postgres(
     )
     .await;
 }
+
+/// A clock that stepped back after a message arrived cannot hide it from the `messageId`
+/// window's replay at start: stored events are found by id, which rises with every event this
+/// service stores whatever the clock says, not by their `receivedAt`. Ids made after the replay
+/// sort after every stored one.
+async fn the_replay_finds_messages_stored_before_the_clock_stepped_back(
+    backend: crate::helpers::Backend,
+) {
+    use entity::event;
+    use sea_orm::{ActiveModelTrait, IntoActiveModel};
+
+    let Some((state, _tmp)) = crate::helpers::state_without_server(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let org = create_org(&state.db, "Clock Co").await;
+    let journal = Journal::of(&state.db).await.expect("journal");
+    let now = chrono::Utc::now();
+    let stored = |message_id: &str, id: String, received_at: chrono::DateTime<chrono::Utc>| {
+        event::Model {
+            id,
+            organization_id: org.clone(),
+            message_id: Some(message_id.into()),
+            event_type: "custom".into(),
+            event_name: Some("seat_added".into()),
+            visitor_id: None,
+            user_id: None,
+            customer_id: None,
+            url: "https://app.example.com/".into(),
+            path: "/".into(),
+            occurred_at: received_at,
+            received_at,
+            data: json!({}),
+        }
+        .into_active_model()
+    };
+    // Received after the clock stepped back 55 s: its `receivedAt` is before the replay's
+    // start, its id (made after ids the process had already made at the later time) after it.
+    stored(
+        "after-the-step",
+        custintel::ids::time_ordered_id_at(now),
+        now - chrono::Duration::seconds(55),
+    )
+    .insert(&state.db)
+    .await
+    .expect("event");
+    // Stored while the clock ran a second ahead of where it is now.
+    let ahead = custintel::ids::time_ordered_id_at(now + chrono::Duration::seconds(1));
+    stored("ahead", ahead.clone(), now)
+        .insert(&state.db)
+        .await
+        .expect("event");
+
+    let mut window = custintel::ingest::window::LocalWindow::in_memory(
+        std::time::Duration::from_secs(24 * 3600),
+    );
+    let key_of = match backend {
+        crate::helpers::Backend::Sqlite => custintel::ingest::dedup::message_key,
+        crate::helpers::Backend::Postgres => custintel::ingest::dedup::shared_message_key,
+    };
+    window
+        .replay(
+            &state.db,
+            &journal,
+            now - chrono::Duration::seconds(15),
+            key_of,
+        )
+        .await
+        .expect("replay");
+    assert!(
+        window.contains(&key_of(&org, "after-the-step"), chrono::Utc::now()),
+        "a message received after the clock stepped back is in the window"
+    );
+    assert!(window.contains(&key_of(&org, "ahead"), chrono::Utc::now()));
+    let next = custintel::ids::time_ordered_id();
+    assert!(
+        next > ahead,
+        "ids made after the replay sort after the stored ones: {next} after {ahead}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_finds_messages_stored_before_the_clock_stepped_back_sqlite() {
+    the_replay_finds_messages_stored_before_the_clock_stepped_back(crate::helpers::Backend::Sqlite)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_finds_messages_stored_before_the_clock_stepped_back_postgres() {
+    the_replay_finds_messages_stored_before_the_clock_stepped_back(
+        crate::helpers::Backend::Postgres,
+    )
+    .await;
+}

@@ -695,7 +695,10 @@ impl LocalWindow {
 
     /// Records every message stored since `since`: the journal's batches first, then the
     /// events, so a batch the applier moves from one to the other meanwhile is read in one of
-    /// them.
+    /// them. The events are found by id, which rises with every one this service stores (ids
+    /// made from now on sort after every stored one: [`crate::ids::never_below`]), so a clock
+    /// that stepped back between a message's arrival and this replay cannot hide it: what is
+    /// recorded is every event whose id is after the id of `since`, whatever its `receivedAt`.
     pub async fn replay<C: ConnectionTrait>(
         &mut self,
         conn: &C,
@@ -709,6 +712,9 @@ impl LocalWindow {
             let Some(last) = batches.last() else { break };
             after_seq = last.seq;
             for entry in &batches {
+                if let Some(newest) = entry.batch.events.iter().map(|e| &e.id).max() {
+                    crate::ids::never_below(newest);
+                }
                 let keys = entry.batch.events.iter().filter_map(|e| {
                     e.message_id
                         .as_deref()
@@ -719,6 +725,17 @@ impl LocalWindow {
             }
         }
         let backend = conn.get_database_backend();
+        let newest = conn
+            .query_one_raw(Statement::from_string(
+                backend,
+                "SELECT max(id) FROM events",
+            ))
+            .await?;
+        if let Some(newest) =
+            newest.and_then(|row| row.try_get_by_index::<Option<String>>(0).ok().flatten())
+        {
+            crate::ids::never_below(&newest);
+        }
         let mut after = crate::ids::time_ordered_floor(since);
         loop {
             let rows = conn
@@ -737,7 +754,7 @@ impl LocalWindow {
             for row in &rows {
                 let message_id: Option<String> = row.try_get_by_index(2)?;
                 let received_at: DateTime<Utc> = row.try_get_by_index(3)?;
-                if let (Some(m), true) = (message_id, received_at > since) {
+                if let Some(m) = message_id {
                     let org: String = row.try_get_by_index(1)?;
                     self.record([key_of(&org, &m)], received_at);
                 }
