@@ -363,9 +363,13 @@ impl Ingest {
                 .await
                 .map_err(|_| IngestError::Internal("the event writer has stopped".into()))?
                 .map_err(|e| match e {
-                    writer::WriteError::Unavailable(_) | writer::WriteError::Busy(_) => {
+                    writer::WriteError::Unavailable(_) => {
                         IngestError::Unavailable(UNAVAILABLE.into())
                     }
+                    // The database answers: say what held the batch up, not that it is down.
+                    writer::WriteError::Busy(reason) => IngestError::Unavailable(format!(
+                        "{reason}: the events were not acknowledged; retry"
+                    )),
                     writer::WriteError::Failed(e) => {
                         tracing::error!(error = %e, "storing events failed");
                         IngestError::Internal("the events could not be stored; retry later".into())

@@ -180,6 +180,15 @@ async fn a_full_backlog_refuses_at_once_and_loses_nothing(backend: Backend) {
                 "{}",
                 reply.body
             );
+            // Held too long to commit its claims (PostgreSQL): said so, not "unavailable".
+            let message = reply.body["errors"][0]["message"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                message.ends_with("the events were not acknowledged; retry")
+                    && !message.contains("database is unavailable"),
+                "{message}"
+            );
             pending.push(client);
         }
     }
