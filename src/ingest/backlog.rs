@@ -65,23 +65,23 @@ impl Backlog {
             _ => None,
         }
     }
-
-    /// Bytes held now by unanswered batches (to the unit).
-    pub fn held_bytes(&self) -> usize {
-        (self.units as usize).saturating_sub(self.room.available_permits()) * UNIT
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Bytes held now by unanswered batches (to the unit).
+    fn held_bytes(backlog: &Backlog) -> usize {
+        (backlog.units as usize - backlog.room.available_permits()) * UNIT
+    }
+
     #[tokio::test]
     async fn room_is_refused_when_full_and_given_back_when_answered() {
         let backlog = Backlog::new(10 * UNIT);
         let first = backlog.admit_within(6 * UNIT, Duration::ZERO).await;
         assert!(first.is_some());
-        assert_eq!(backlog.held_bytes(), 6 * UNIT);
+        assert_eq!(held_bytes(&backlog), 6 * UNIT);
         // 5 more units do not fit beside the 6 held: refused after the wait.
         let started = tokio::time::Instant::now();
         let wait = Duration::from_millis(50);
@@ -90,10 +90,10 @@ mod tests {
         // A small body still fits (3 bytes count as one unit).
         let small = backlog.admit_within(3, Duration::ZERO).await;
         assert!(small.is_some());
-        assert_eq!(backlog.held_bytes(), 7 * UNIT);
+        assert_eq!(held_bytes(&backlog), 7 * UNIT);
         drop(first);
         drop(small);
-        assert_eq!(backlog.held_bytes(), 0);
+        assert_eq!(held_bytes(&backlog), 0);
         // A body larger than the whole budget takes all of it, and only when all is free.
         let whole = backlog.admit_within(100 * UNIT, Duration::ZERO).await;
         assert!(whole.is_some());

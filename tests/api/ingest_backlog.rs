@@ -9,9 +9,8 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, TransactionTrait};
 use serde_json::{json, Value};
 
-use crate::helpers::{check_schema, read, spawn_with_ingest_backlog, Backend, Reply, TestApp};
+use crate::helpers::{spawn_with_ingest_backlog, Backend, TestApp};
 
-const ROUTE: &str = "/api/i/v1/{publicKey}/events";
 /// The test instance's backlog: room for three of the batches below.
 const BACKLOG: usize = 1024 * 1024;
 /// Concurrent clients, each sending one batch (and retrying it until stored).
@@ -61,20 +60,6 @@ async fn hold_writer(app: &TestApp) -> (DatabaseTransaction, sea_orm::DatabaseCo
     (txn, app.db.clone())
 }
 
-async fn send(app: &TestApp, public_key: &str, body: &Value) -> (Reply, Duration) {
-    let started = Instant::now();
-    let resp = app
-        .client
-        .post(format!("{}/api/i/v1/{public_key}/events", app.base))
-        .json(body)
-        .send()
-        .await
-        .expect("request");
-    let reply = read(resp).await;
-    check_schema("post", ROUTE, reply.status.as_u16(), &reply.body);
-    (reply, started.elapsed())
-}
-
 async fn stored(app: &TestApp, api_key: &str) -> (i64, i64) {
     let body = crate::ingest::query(
         app,
@@ -96,27 +81,25 @@ async fn a_full_backlog_refuses_at_once_and_loses_nothing(backend: Backend) {
     };
     let org = app.org("Backlog Co").await;
     // Ready: the writer has loaded its window and takes batches.
-    let warm = send(&app, &org.public_key, &json!({"visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11", "events": [{"type": "custom", "eventName": "warm", "url": "https://app.example.com/", "path": "/", "messageId": "warm"}]})).await;
-    assert_eq!(warm.0.status, StatusCode::OK, "{}", warm.0.body);
+    let warm = app
+        .ingest_unapplied(
+            &org.public_key,
+            json!({"visitorId": "7d1f1c56-2b8f-4a43-9a8e-3f7f6f0b6d11", "events": [{
+                "type": "custom", "eventName": "warm", "url": "https://app.example.com/",
+                "path": "/", "messageId": "warm"}]}),
+        )
+        .await;
+    assert_eq!(warm.status, StatusCode::OK, "{}", warm.body);
 
     let held = hold_writer(&app).await;
+    let app = std::sync::Arc::new(app);
     let clients: Vec<_> = (0..CLIENTS)
         .map(|client| {
-            let (app_base, client_http, key) =
-                (app.base.clone(), app.client.clone(), org.public_key.clone());
+            let (app, key) = (app.clone(), org.public_key.clone());
             tokio::spawn(async move {
-                let body = batch(client);
                 let started = Instant::now();
-                let resp = client_http
-                    .post(format!("{app_base}/api/i/v1/{key}/events"))
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("request");
-                let retry_after = resp.headers().get("retry-after").cloned();
-                let reply = read(resp).await;
-                check_schema("post", ROUTE, reply.status.as_u16(), &reply.body);
-                (client, reply, retry_after, started.elapsed())
+                let reply = app.ingest_unapplied(&key, batch(client)).await;
+                (client, reply, started.elapsed())
             })
         })
         .collect();
@@ -142,7 +125,7 @@ async fn a_full_backlog_refuses_at_once_and_loses_nothing(backend: Backend) {
         "the backlog holds the batches that fit in it ({} waiting)",
         waiting.len()
     );
-    for (client, reply, retry_after, took) in &answered {
+    for (client, reply, took) in &answered {
         assert_eq!(
             reply.status,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -150,7 +133,7 @@ async fn a_full_backlog_refuses_at_once_and_loses_nothing(backend: Backend) {
             reply.body
         );
         assert!(
-            retry_after.is_some(),
+            reply.headers.contains_key("retry-after"),
             "client {client}: a refusal says when to retry"
         );
         assert!(
@@ -195,7 +178,7 @@ async fn a_full_backlog_refuses_at_once_and_loses_nothing(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(30);
     for client in pending {
         loop {
-            let (reply, _) = send(&app, &org.public_key, &batch(client)).await;
+            let reply = app.ingest_unapplied(&org.public_key, batch(client)).await;
             if reply.status == StatusCode::OK {
                 assert_eq!(reply.body["processed"], EVENTS, "{}", reply.body);
                 break;
