@@ -345,12 +345,22 @@ async fn advisory_xact_lock<C: ConnectionTrait>(
     keys: &str,
     value: String,
 ) -> Result<(), DbErr> {
+    take_advisory_xact_lock(txn, "pg_advisory_xact_lock", keys, value).await
+}
+
+/// `function` (`pg_advisory_xact_lock` or its `_shared` form) of `keys`, `$1` bound to `value`.
+async fn take_advisory_xact_lock<C: ConnectionTrait>(
+    txn: &C,
+    function: &str,
+    keys: &str,
+    value: String,
+) -> Result<(), DbErr> {
     if txn.get_database_backend() != DbBackend::Postgres {
         return Ok(());
     }
     txn.execute_raw(Statement::from_sql_and_values(
         DbBackend::Postgres,
-        format!("SELECT pg_advisory_xact_lock({keys})"),
+        format!("SELECT {function}({keys})"),
         [value.into()],
     ))
     .await?;
@@ -368,6 +378,20 @@ pub const IDENTITIES_LOCK: &str = "hashtext(current_schema() || '.ingest_applier
 /// for [`IDENTITIES_LOCK`]; on SQLite [`begin_write`]'s write lock serializes writers already.
 pub async fn hold_identities<C: ConnectionTrait>(txn: &C, org: &str) -> Result<(), DbErr> {
     advisory_xact_lock(txn, IDENTITIES_LOCK, org.to_string()).await
+}
+
+/// As [`hold_identities`], shared with other transactions that hold them this way: for writers
+/// that have made sure among themselves that they find and create records by different keys
+/// (one import's chunks written at once). The applier and every [`hold_identities`] wait for
+/// all of them, and they for it.
+pub async fn share_identities<C: ConnectionTrait>(txn: &C, org: &str) -> Result<(), DbErr> {
+    take_advisory_xact_lock(
+        txn,
+        "pg_advisory_xact_lock_shared",
+        IDENTITIES_LOCK,
+        org.to_string(),
+    )
+    .await
 }
 
 /// The scope of [`take_turns`] for writes of signals, destinations and automations: their keys

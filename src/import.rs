@@ -13,7 +13,9 @@
 //! JSON array parameter on PostgreSQL), the lines applied in order to those rows in memory (so
 //! a line sees what earlier lines of the file wrote, in the same chunk or before), then
 //! multi-row upserts (on PostgreSQL one statement per table over `json_populate_recordset`).
-//! Between chunks a serving instance's writers get the SQLite write lock. A chunk whose write
+//! Between chunks a serving instance's writers get the SQLite write lock. PostgreSQL writes
+//! chunks whose lines find and create records by different keys at once ([`chunks_at_once`]).
+//! A chunk whose write
 //! fails is rolled back and written again one line per transaction, so only the line that
 //! cannot be stored is rejected. PostgreSQL `ANALYZE`s the tables the import fills as they
 //! grow ([`Growth`]) and `VACUUM (ANALYZE)`s every table it filled at the end (index-only scans
@@ -41,7 +43,12 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use tokio::sync::oneshot;
+
 use crate::db::name_search::{index_names, NamesOf};
+use chunks_at_once::{ChunksAtOnce, Footprint};
+
+mod chunks_at_once;
 use crate::tools::common::{normalize_email, normalize_source_type};
 
 /// Lines per chunk: one write transaction each. At the import's pace a chunk holds the SQLite
@@ -272,6 +279,10 @@ where
         enabled: db.get_database_backend() == DbBackend::Postgres,
         ..Growth::default()
     };
+    let mut at_once = match db.get_database_backend() {
+        DbBackend::Postgres => Some(ChunksAtOnce::new(db, organization_id).await?),
+        _ => None,
+    };
     let mut next = Some(read_next(reader, 0));
     while let Some(reading) = next.take() {
         let (reader, line, chunk) = reading.await.map_err(std::io::Error::other)?;
@@ -279,10 +290,22 @@ where
         if !ended {
             next = Some(read_next(reader, line));
         }
-        if !chunk.is_empty() {
-            import_chunk(db, organization_id, chunk, &mut report).await?;
+        if chunk.is_empty() {
+            continue;
+        }
+        let round_ended = match &mut at_once {
+            Some(at_once) => at_once.start(chunk, &mut report).await?,
+            None => {
+                import_chunk(db, organization_id, chunk, &mut report, Hold::Alone, None).await?;
+                true
+            }
+        };
+        if round_ended {
             growth.after_chunk(db, &report.imported).await?;
         }
+    }
+    if let Some(at_once) = at_once {
+        at_once.finish(&mut report).await?;
     }
     let mut filled = filled_tables(&report.imported);
     // PostgreSQL counts rare trait values through the trait index (which triggers on
@@ -423,7 +446,7 @@ where
         if chunk.is_empty() {
             return Ok(report);
         }
-        import_chunk(db, organization_id, chunk, &mut report).await?;
+        import_chunk(db, organization_id, chunk, &mut report, Hold::Alone, None).await?;
     }
 }
 
@@ -453,12 +476,26 @@ struct ChunkOutcome {
 const LOCK_GAP_SHARE: u32 = 3;
 const MIN_LOCK_GAP: Duration = Duration::from_millis(10);
 
-/// Writes one chunk, adding what it did to `report`. An `Err` ends the import.
+/// How a chunk's transaction holds the organization's identities (PostgreSQL).
+#[derive(Debug, Clone, Copy)]
+enum Hold {
+    /// Alone: no other writer of customers and users by key runs meanwhile.
+    Alone,
+    /// Shared with the import's other chunks in flight, whose keys it does not share
+    /// ([`chunks_at_once`]).
+    Shared,
+}
+
+/// Writes one chunk, adding what it did to `report`; `applied` is told the chunk's
+/// [`Footprint`] once its lines are applied, before its rows are written. An `Err` ends the
+/// import.
 async fn import_chunk<C>(
     db: &C,
     org: &str,
     chunk: Vec<NumberedRecord>,
     report: &mut ImportReport,
+    hold: Hold,
+    applied: Option<oneshot::Sender<Footprint>>,
 ) -> Result<(), DbErr>
 where
     C: TransactionTrait<Transaction = DatabaseTransaction>,
@@ -471,7 +508,7 @@ where
             Err(error) => rejected.push(Rejected { line, error }),
         }
     }
-    match write_chunk(db, org, &records).await {
+    match write_chunk(db, org, &records, hold, applied).await {
         Ok(outcome) => {
             report.imported.add(&outcome.imported);
             rejected.extend(outcome.rejected);
@@ -488,7 +525,7 @@ where
                 "import chunk could not be written at once; writing its lines one by one"
             );
             for record in &records {
-                match write_chunk(db, org, std::slice::from_ref(record)).await {
+                match write_chunk(db, org, std::slice::from_ref(record), hold, None).await {
                     Ok(outcome) => {
                         report.imported.add(&outcome.imported);
                         rejected.extend(outcome.rejected);
@@ -513,6 +550,8 @@ async fn write_chunk<C>(
     db: &C,
     org: &str,
     records: &[(usize, ImportRecord)],
+    hold: Hold,
+    applied_to: Option<oneshot::Sender<Footprint>>,
 ) -> Result<ChunkOutcome, WriteError>
 where
     C: TransactionTrait<Transaction = DatabaseTransaction>,
@@ -524,9 +563,11 @@ where
     // The chunk finds users and customers by key and creates the missing ones, as the ingest
     // applier does: on PostgreSQL the two take turns per organization, or both could create a
     // user for one email.
-    crate::db::hold_identities(&txn, org)
-        .await
-        .map_err(WriteError::Begin)?;
+    match hold {
+        Hold::Alone => crate::db::hold_identities(&txn, org).await,
+        Hold::Shared => crate::db::share_identities(&txn, org).await,
+    }
+    .map_err(WriteError::Begin)?;
     let began = Instant::now();
     let mut looked_up = began;
     let mut applied = began;
@@ -541,6 +582,10 @@ where
             }
         }
         applied = Instant::now();
+        if let Some(applied_to) = applied_to {
+            // The driver may be gone (an earlier chunk failed); the chunk is written all the same.
+            let _ = applied_to.send(Footprint::of_rows(&rows));
+        }
         rows.write(&txn).await?;
         Ok::<_, DbErr>(outcome)
     }
@@ -585,6 +630,8 @@ struct Rows<M: 'static> {
     id_of: fn(&M) -> &str,
     keys: &'static [KeyOf<M>],
     index: Vec<HashMap<String, BTreeSet<usize>>>,
+    /// Key values of rows before the chunk changed them (a row found by an old email, say).
+    replaced_keys: Vec<String>,
 }
 
 impl<M: Clone> Rows<M> {
@@ -596,6 +643,7 @@ impl<M: Clone> Rows<M> {
             id_of,
             keys,
             index: keys.iter().map(|_| HashMap::new()).collect(),
+            replaced_keys: Vec::new(),
         }
     }
 
@@ -643,6 +691,7 @@ impl<M: Clone> Rows<M> {
                 if let Some(rows) = self.index[k].get_mut(&value) {
                     rows.remove(&at);
                 }
+                self.replaced_keys.push(value);
             }
         }
         self.index_row(at, &row);
@@ -653,6 +702,21 @@ impl<M: Clone> Rows<M> {
     /// Adds a new row, to be written.
     fn insert(&mut self, row: M) -> usize {
         self.push(row, true)
+    }
+
+    /// The rows to write, in their final state.
+    fn written_rows(&self) -> impl Iterator<Item = &M> {
+        self.rows
+            .iter()
+            .zip(&self.written)
+            .filter_map(|(row, written)| written.then_some(row))
+    }
+
+    /// Every key value of the rows to write, before and after the chunk's changes.
+    fn written_keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.written_rows()
+            .flat_map(|row| self.keys.iter().filter_map(|key_of| key_of(row)))
+            .chain(self.replaced_keys.iter().cloned())
     }
 
     /// The rows to write, in their final state.
@@ -734,9 +798,9 @@ impl Wanted {
         }
     }
 
-    fn of(records: &[(usize, ImportRecord)]) -> Wanted {
+    fn of<'a>(records: impl IntoIterator<Item = &'a ImportRecord>) -> Wanted {
         let mut w = Wanted::default();
-        for (_, record) in records {
+        for record in records {
             match record {
                 ImportRecord::Customer(r) => {
                     w.customer_lines = true;
@@ -890,7 +954,7 @@ impl ChunkRows {
         records: &[(usize, ImportRecord)],
     ) -> Result<ChunkRows, DbErr> {
         let t0 = Instant::now();
-        let w = Wanted::of(records);
+        let w = Wanted::of(records.iter().map(|(_, r)| r));
         let mut rows = ChunkRows {
             org: org.to_string(),
             customers: Rows::new(|c| &c.id, &CUSTOMER_KEYS),

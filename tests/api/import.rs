@@ -940,6 +940,15 @@ db_test!(
             .await;
             assert_eq!(found, expected as i64, "{table}");
         }
+        // Ingest and the import found and created users by the same emails at once: one each.
+        let doubled = scalar(
+            &app,
+            "SELECT count(*) FROM (SELECT email FROM users WHERE organization_id = ? \
+             AND email IS NOT NULL GROUP BY email HAVING count(*) > 1) doubled",
+            &o,
+        )
+        .await;
+        assert_eq!(doubled, 0, "emails with more than one user");
     }
 );
 
@@ -1136,6 +1145,228 @@ db_test!(
                 let n: i64 = row.try_get_by_index(0).expect("a number");
                 assert_eq!(n, 1, "{table} was not vacuumed");
             }
+        }
+    }
+);
+
+/// Every record of an organization as text without ids or times, sorted: two imports that
+/// left the same records compare equal.
+async fn records_of(app: &TestApp, org: &str) -> Vec<String> {
+    let backend = app.db.get_database_backend();
+    let p = if backend == sea_orm::DbBackend::Postgres {
+        "$1"
+    } else {
+        "?"
+    };
+    let queries = [
+        format!(
+            "SELECT 'customer ' || COALESCE(external_id, '-') || ' ' || COALESCE(domain, '-') \
+             || ' ' || COALESCE(name, '-') || ' ' || COALESCE(billing_status, '-') || ' ' \
+             || COALESCE(CAST(mrr_cents AS TEXT), '-') \
+             FROM customers WHERE organization_id = {p}"
+        ),
+        format!(
+            "SELECT 'user ' || COALESCE(u.external_id, '-') || ' ' || COALESCE(u.email, '-') \
+             || ' ' || COALESCE(u.name, '-') || ' ' || COALESCE(u.stage, '-') || ' ' \
+             || COALESCE(c.domain, '-') \
+             FROM users u LEFT JOIN customers c ON c.id = u.customer_id \
+             WHERE u.organization_id = {p}"
+        ),
+        format!(
+            "SELECT 'source ' || s.source_type || ' ' || s.source_id || ' ' || s.title || ' ' \
+             || COALESCE(c.external_id, '-') FROM sources s \
+             LEFT JOIN customers c ON c.id = s.customer_id WHERE s.organization_id = {p}"
+        ),
+        format!(
+            "SELECT 'fact ' || f.text || ' ' || f.source_type || ' ' || f.source_id || ' ' \
+             || COALESCE(c.external_id, '-') FROM facts f \
+             LEFT JOIN customers c ON c.id = f.customer_id WHERE f.organization_id = {p}"
+        ),
+    ];
+    let mut records = Vec::new();
+    for sql in queries {
+        let rows = app
+            .db
+            .query_all_raw(Statement::from_sql_and_values(
+                backend,
+                sql,
+                [org.to_string().into()],
+            ))
+            .await
+            .expect("query");
+        records.extend(
+            rows.iter()
+                .map(|r| r.try_get_by_index::<String>(0).expect("text")),
+        );
+    }
+    records.sort();
+    records
+}
+
+/// A book of a few chunks whose lines lean on earlier chunks in every way a chunk written
+/// beside another could get wrong: users of customers created a chunk before, users renamed
+/// (found by externalId, given a new email) and then new users under their old emails, a
+/// customer's domain changed and then named by its new and its old domain, sources updated,
+/// facts whose evidence is a source of an earlier chunk; and chunks that lean on nothing
+/// before them, which PostgreSQL writes at once.
+fn book_leaning_on_earlier_chunks() -> Vec<String> {
+    let n = CHUNK_LINES;
+    let mut lines = Vec::new();
+    let customer = |i: usize| format!("k{i}.example.com");
+    for i in 0..n {
+        lines.push(
+            json!({"kind": "customer", "name": format!("K {i}"), "domain": customer(i),
+                "externalId": format!("kx_{i}")})
+            .to_string(),
+        );
+    }
+    // Two chunks of new users: the first leans on the customers, the second on nothing new.
+    for i in 0..2 * n {
+        lines.push(
+            json!({"kind": "user", "customer": customer(i % n), "email": format!("b{i}@example.com"),
+                "externalId": format!("ub_{i}"), "stage": STAGES[i % 5]})
+            .to_string(),
+        );
+    }
+    // Renames: half a chunk of users of the second user chunk get new emails; a customer gets a
+    // new domain; sources to fill the chunk.
+    for i in n..n + n / 2 - 1 {
+        lines.push(
+            json!({"kind": "user", "externalId": format!("ub_{i}"),
+                "email": format!("renamed{i}@example.com")})
+            .to_string(),
+        );
+    }
+    lines.push(
+        json!({"kind": "customer", "externalId": "kx_7", "domain": "moved.example.com"})
+            .to_string(),
+    );
+    for i in 0..n / 2 {
+        lines.push(
+            json!({"kind": "source", "sourceType": "CALL", "sourceId": format!("call_{i}"),
+                "customer": format!("kx_{}", i % n), "title": format!("Call {i}"),
+                "occurredAt": "2026-09-01T10:00:00Z"})
+            .to_string(),
+        );
+    }
+    // The next chunk leans on the one before only through keys that chunk changed: the old
+    // emails again (new users now), the customer by its old domain; and new users beside them.
+    for i in n..n + n / 4 {
+        lines.push(
+            json!({"kind": "user", "email": format!("b{i}@example.com"), "name": "Newcomer",
+                "customer": "k9.example.com"})
+            .to_string(),
+        );
+    }
+    lines.push(
+        json!({"kind": "user", "email": "mover@example.com", "customer": "k7.example.com"})
+            .to_string(),
+    );
+    for i in 0..n - n / 4 - 1 {
+        lines.push(
+            json!({"kind": "user", "email": format!("fill{i}@example.com"),
+                "customer": format!("kx_{}", 10 + i % 900)})
+            .to_string(),
+        );
+    }
+    // Then the sources updated, facts on them.
+    for i in 0..n / 4 {
+        lines.push(
+            json!({"kind": "source", "sourceType": "CALL", "sourceId": format!("call_{i}"),
+                "customer": format!("kx_{}", i + 1), "title": format!("Call {i}, again"),
+                "occurredAt": "2026-09-02T10:00:00Z"})
+            .to_string(),
+        );
+    }
+    for i in 0..n {
+        lines.push(
+            json!({"kind": "fact", "customer": format!("kx_{}", i % 100),
+                "text": format!("Fact {i}"), "sourceType": "CALL",
+                "sourceId": format!("call_{}", i % (n / 2))})
+            .to_string(),
+        );
+    }
+    // A chunk that leans on nothing of the one before it.
+    for i in 0..n {
+        lines.push(
+            json!({"kind": "user", "email": format!("late{i}@example.com"),
+                "customer": format!("kx_{}", n - 1 - i)})
+            .to_string(),
+        );
+    }
+    lines
+}
+
+// The streaming import (on PostgreSQL several chunks at once, when their keys are apart) leaves
+// exactly what importing the same lines one chunk after the other leaves.
+db_test!(
+    chunks_written_at_once_end_as_one_after_the_other,
+    |app: TestApp| async move {
+        let lines = book_leaning_on_earlier_chunks();
+        assert!(lines.len() > 6 * CHUNK_LINES);
+        // The chunk that leans on the one before only through the keys it changed begins where
+        // the book says.
+        assert!(lines[4 * CHUNK_LINES].contains(&format!("b{}@example.com", CHUNK_LINES)));
+        let streamed = app.org("Streamed Co").await.organization_id;
+        let report = import_lines(&app, &streamed, &lines).await;
+        let one_by_one = app.org("One by one Co").await.organization_id;
+        let expected = importer::import_text(&app.db, &one_by_one, &lines.join("\n"))
+            .await
+            .expect("import");
+        assert_eq!(report.rejected, expected.rejected);
+        assert!(report.rejected.len() <= 1, "{:?}", report.rejected);
+        assert_eq!(report.imported, expected.imported);
+        let (got, want) = (
+            records_of(&app, &streamed).await,
+            records_of(&app, &one_by_one).await,
+        );
+        let differ: Vec<_> = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a != b)
+            .take(3)
+            .collect();
+        assert_eq!(got.len(), want.len(), "{differ:?}");
+        assert!(differ.is_empty(), "{differ:?}");
+        // The renamed users kept their records; their old emails went to new users.
+        let n = CHUNK_LINES;
+        let starts = |prefix: String| got.iter().any(|r| r.starts_with(&prefix));
+        assert!(starts(format!("user ub_{n} renamed{n}@example.com ")));
+        assert!(starts(format!("user - b{n}@example.com Newcomer ")));
+    }
+);
+
+// Two imports of overlapping books into one organization at once: every record is created
+// once (PostgreSQL: the second import waits for the first; SQLite: their chunks take turns).
+db_test!(
+    two_imports_into_one_organization_at_once,
+    |app: TestApp| async move {
+        let org = app.org("Twice Co").await.organization_id;
+        let customers = CHUNK_LINES;
+        let first = book(customers);
+        let second: Vec<String> = book(customers)
+            .into_iter()
+            .map(|l| l.replace("\"Company ", "\"Company again "))
+            .collect();
+        let (a, b) = tokio::join!(
+            import_lines(&app, &org, &first),
+            import_lines(&app, &org, &second)
+        );
+        assert!(a.rejected.is_empty() && b.rejected.is_empty());
+        for (table, key, expected) in [
+            ("customers", "external_id", customers),
+            ("users", "email", 2 * customers),
+            ("sources", "source_id", customers),
+        ] {
+            let ids = ids_by(&app, table, key, &org).await;
+            assert_eq!(ids.len(), expected, "{table} by {key}");
+            let rows = scalar(
+                &app,
+                &format!("SELECT count(*) FROM {table} WHERE organization_id = ?"),
+                &org,
+            )
+            .await;
+            assert_eq!(rows, expected as i64, "{table}: one row per {key}");
         }
     }
 );
