@@ -54,6 +54,19 @@ pub fn ingest_backlog_bytes() -> anyhow::Result<usize> {
     }
 }
 
+/// Chunks of 2,000 lines an import writes at once on PostgreSQL
+/// (`CUSTINTEL_IMPORT_CHUNKS_AT_ONCE`, 1 to 16, default 2; 1 writes one after the other, leaving
+/// the server's other cores to a serving instance). `custintel import` refuses a malformed value.
+pub fn import_chunks_at_once() -> anyhow::Result<usize> {
+    match std::env::var("CUSTINTEL_IMPORT_CHUNKS_AT_ONCE") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=16).contains(&n) => Ok(n),
+            _ => anyhow::bail!("CUSTINTEL_IMPORT_CHUNKS_AT_ONCE: expected 1 to 16, got {v:?}"),
+        },
+        _ => Ok(crate::import::DEFAULT_CHUNKS_AT_ONCE),
+    }
+}
+
 /// How long PostgreSQL's shared table keeps a `messageId` claim
 /// (`CUSTINTEL_DEDUP_SHARED_SPAN`); `serve` refuses to start on a malformed value.
 pub fn dedup_shared_timing() -> anyhow::Result<crate::ingest::window::shared::SharedTiming> {

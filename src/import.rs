@@ -46,6 +46,7 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use crate::db::name_search::{index_names, NamesOf};
+pub use chunks_at_once::DEFAULT_CHUNKS_AT_ONCE;
 use chunks_at_once::{ChunksAtOnce, Footprint};
 
 mod chunks_at_once;
@@ -259,11 +260,12 @@ pub enum ImportError {
 }
 
 /// Imports JSON Lines from a reader (blank lines are skipped), reading the next chunk while
-/// the current one is written.
+/// the current one is written; on PostgreSQL up to `chunks_at_once` chunks are written at once.
 pub async fn import_reader<R>(
     db: &sea_orm::DatabaseConnection,
     organization_id: &str,
     reader: R,
+    chunks_at_once: usize,
 ) -> Result<ImportReport, ImportError>
 where
     R: BufRead + Send + 'static,
@@ -280,7 +282,9 @@ where
         ..Growth::default()
     };
     let mut at_once = match db.get_database_backend() {
-        DbBackend::Postgres => Some(ChunksAtOnce::new(db, organization_id).await?),
+        DbBackend::Postgres if chunks_at_once > 1 => {
+            Some(ChunksAtOnce::new(db, organization_id, chunks_at_once).await?)
+        }
         _ => None,
     };
     let mut next = Some(read_next(reader, 0));
@@ -1799,11 +1803,12 @@ pub async fn user_ids_by_external_id<C: ConnectionTrait>(
 }
 
 /// `custintel import`: checks that the organization exists, then streams `file` (`-` for
-/// standard input) into it.
+/// standard input) into it, up to `chunks_at_once` chunks at once on PostgreSQL.
 pub async fn import_file(
     db: &sea_orm::DatabaseConnection,
     organization_id: &str,
     file: &str,
+    chunks_at_once: usize,
 ) -> anyhow::Result<ImportReport> {
     let exists = entity::organization::Entity::find_by_id(organization_id.to_string())
         .one(db)
@@ -1815,12 +1820,19 @@ pub async fn import_file(
             db,
             organization_id,
             std::io::BufReader::new(std::io::stdin()),
+            chunks_at_once,
         )
         .await
     } else {
         let reader =
             std::fs::File::open(file).map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?;
-        import_reader(db, organization_id, std::io::BufReader::new(reader)).await
+        import_reader(
+            db,
+            organization_id,
+            std::io::BufReader::new(reader),
+            chunks_at_once,
+        )
+        .await
     };
     match imported {
         Ok(report) => Ok(report),

@@ -238,8 +238,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import { org, file } => {
             // The import can wait for a serving instance's requests on the same machine.
             custintel::background::lower_this_process_priority();
+            let chunks_at_once = custintel::config::import_chunks_at_once()?;
             let db = open_db(&url).await?;
-            let report = custintel::import::import_file(&db, &org, &file).await?;
+            let report = custintel::import::import_file(&db, &org, &file, chunks_at_once).await?;
             print_json(&report)?;
             if !report.rejected.is_empty() {
                 std::process::exit(1);

@@ -11,7 +11,7 @@
 //! ([`crate::db::share_identities`]); the ingest applier and the other writers that create
 //! customers and users by key wait for all of them, as they waited for one chunk.
 //!
-//! Chunks go in rounds of at most [`CHUNKS_AT_ONCE`]: the next round begins when every chunk of
+//! Chunks go in rounds of at most [`DEFAULT_CHUNKS_AT_ONCE`] (or as configured): the next round begins when every chunk of
 //! the last one has committed, so between rounds the organization is free for the applier, as
 //! it was between chunks.
 //!
@@ -29,9 +29,10 @@ use tokio::{sync::oneshot, task::JoinHandle};
 
 use super::{import_chunk, source_key, ChunkRows, Hold, ImportReport, NumberedRecord, Wanted};
 
-/// Chunks of one import written at once on PostgreSQL: the cores of this project's reference
-/// machine (two), which the server shares with the service.
-pub(super) const CHUNKS_AT_ONCE: usize = 2;
+/// Chunks of one import written at once on PostgreSQL unless configured otherwise
+/// (`CUSTINTEL_IMPORT_CHUNKS_AT_ONCE`): the cores of this project's reference machine, which the
+/// server shares with the service.
+pub const DEFAULT_CHUNKS_AT_ONCE: usize = 2;
 
 /// Keys by which a chunk finds records, or of the records it writes, each tagged with its
 /// table. Compared case-insensitively: two keys that differ only in case count as one, which
@@ -106,10 +107,11 @@ impl Footprint {
     }
 }
 
-/// The chunks of one import on PostgreSQL, written up to [`CHUNKS_AT_ONCE`] at once.
+/// The chunks of one import on PostgreSQL, written up to `limit` at once.
 pub(super) struct ChunksAtOnce {
     db: DatabaseConnection,
     org: String,
+    limit: usize,
     /// In the file's order.
     in_flight: Vec<InFlight>,
     _turn: ImportTurn,
@@ -125,17 +127,22 @@ struct InFlight {
 
 impl ChunksAtOnce {
     /// Waits for the organization's [`ImportTurn`].
-    pub(super) async fn new(db: &DatabaseConnection, org: &str) -> Result<Self, DbErr> {
+    pub(super) async fn new(
+        db: &DatabaseConnection,
+        org: &str,
+        limit: usize,
+    ) -> Result<Self, DbErr> {
         Ok(ChunksAtOnce {
             db: db.clone(),
             org: org.to_string(),
+            limit,
             in_flight: Vec::new(),
             _turn: ImportTurn::take(db, org).await?,
         })
     }
 
-    /// Starts writing `chunk`, after the chunks in flight if there are [`CHUNKS_AT_ONCE`] of
-    /// them or its keys meet theirs. Returns whether a round ended (its chunks' outcome is then
+    /// Starts writing `chunk`, after the chunks in flight if there are `limit` of them or its
+    /// keys meet theirs. Returns whether a round ended (its chunks' outcome is then
     /// in `report`).
     pub(super) async fn start(
         &mut self,
@@ -144,7 +151,7 @@ impl ChunksAtOnce {
     ) -> Result<bool, DbErr> {
         let looked_up_by = Footprint::of_lines(&chunk);
         let round_ended =
-            self.in_flight.len() >= CHUNKS_AT_ONCE || !self.apart_from(&looked_up_by).await;
+            self.in_flight.len() >= self.limit || !self.apart_from(&looked_up_by).await;
         if round_ended {
             self.finish_round(report).await?;
         }

@@ -1053,7 +1053,8 @@ async fn import_book(
     let book = dir.join(format!("book-{seed}.jsonl"));
     let lines = write_book(&book, scale, seed)?;
     let started = Instant::now();
-    let report = crate::import::import_file(conn, org, &book.display().to_string())
+    let chunks_at_once = crate::config::import_chunks_at_once()?;
+    let report = crate::import::import_file(conn, org, &book.display().to_string(), chunks_at_once)
         .await
         .context("import")?;
     let took = started.elapsed().as_secs_f64();

@@ -327,11 +327,13 @@ async fn measure(
             ))
         })
         .collect();
+    let chunks_at_once = crate::config::import_chunks_at_once()?;
     let started = Instant::now();
     let report = crate::import::import_file(
         &import_db,
         &org.organization_id,
         &book.display().to_string(),
+        chunks_at_once,
     )
     .await
     .context("import")?;

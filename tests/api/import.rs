@@ -141,6 +141,17 @@ async fn import_command() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no organization"));
+
+    // A malformed setting is refused before anything is read.
+    let out = crate::helpers::custintel_bin()
+        .args(["import", "--org", &org, path.to_str().unwrap()])
+        .env("DATABASE_URL", &url)
+        .env("CUSTINTEL_IMPORT_CHUNKS_AT_ONCE", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("CUSTINTEL_IMPORT_CHUNKS_AT_ONCE: expected 1 to 16"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,9 +218,14 @@ fn book(customers: usize) -> Vec<String> {
 /// Imports `lines` through the streaming reader, as `custintel import` does.
 async fn import_lines(app: &TestApp, org: &str, lines: &[String]) -> ImportReport {
     let text = lines.join("\n").into_bytes();
-    importer::import_reader(&app.db, org, std::io::Cursor::new(text))
-        .await
-        .expect("import")
+    importer::import_reader(
+        &app.db,
+        org,
+        std::io::Cursor::new(text),
+        importer::DEFAULT_CHUNKS_AT_ONCE,
+    )
+    .await
+    .expect("import")
 }
 
 async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
