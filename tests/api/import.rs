@@ -228,43 +228,37 @@ async fn import_lines(app: &TestApp, org: &str, lines: &[String]) -> ImportRepor
     .expect("import")
 }
 
-async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
+/// The rows `sql` answers, its one `?` bound to the organization (`$1` on PostgreSQL).
+async fn rows_of_org(app: &TestApp, sql: &str, org: &str) -> Vec<sea_orm::QueryResult> {
     let backend = app.db.get_database_backend();
     let sql = match backend {
         sea_orm::DbBackend::Postgres => sql.replace('?', "$1"),
         _ => sql.to_string(),
     };
-    let row = app
-        .db
-        .query_one_raw(Statement::from_sql_and_values(
+    app.db
+        .query_all_raw(Statement::from_sql_and_values(
             backend,
             sql,
             [org.to_string().into()],
         ))
         .await
         .expect("query")
-        .expect("a row");
-    row.try_get_by_index::<i64>(0).expect("a number")
+}
+
+async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
+    let rows = rows_of_org(app, sql, org).await;
+    rows.first()
+        .expect("a row")
+        .try_get_by_index::<i64>(0)
+        .expect("a number")
 }
 
 /// Ids of a table's rows of one organization, by a key column.
 async fn ids_by(app: &TestApp, table: &str, key: &str, org: &str) -> BTreeMap<String, String> {
-    let backend = app.db.get_database_backend();
-    let placeholder = if backend == sea_orm::DbBackend::Postgres {
-        "$1"
-    } else {
-        "?"
-    };
-    let rows = app
-        .db
-        .query_all_raw(Statement::from_sql_and_values(
-            backend,
-            format!("SELECT {key}, id FROM {table} WHERE organization_id = {placeholder}"),
-            [org.to_string().into()],
-        ))
+    let sql = format!("SELECT {key}, id FROM {table} WHERE organization_id = ?");
+    rows_of_org(app, &sql, org)
         .await
-        .expect("query");
-    rows.iter()
+        .iter()
         .map(|r| {
             (
                 r.try_get_by_index::<String>(0).expect("key"),
@@ -1168,50 +1162,29 @@ db_test!(
 /// Every record of an organization as text without ids or times, sorted: two imports that
 /// left the same records compare equal.
 async fn records_of(app: &TestApp, org: &str) -> Vec<String> {
-    let backend = app.db.get_database_backend();
-    let p = if backend == sea_orm::DbBackend::Postgres {
-        "$1"
-    } else {
-        "?"
-    };
     let queries = [
-        format!(
-            "SELECT 'customer ' || COALESCE(external_id, '-') || ' ' || COALESCE(domain, '-') \
+        "SELECT 'customer ' || COALESCE(external_id, '-') || ' ' || COALESCE(domain, '-') \
              || ' ' || COALESCE(name, '-') || ' ' || COALESCE(billing_status, '-') || ' ' \
              || COALESCE(CAST(mrr_cents AS TEXT), '-') \
-             FROM customers WHERE organization_id = {p}"
-        ),
-        format!(
-            "SELECT 'user ' || COALESCE(u.external_id, '-') || ' ' || COALESCE(u.email, '-') \
+             FROM customers WHERE organization_id = ?",
+        "SELECT 'user ' || COALESCE(u.external_id, '-') || ' ' || COALESCE(u.email, '-') \
              || ' ' || COALESCE(u.name, '-') || ' ' || COALESCE(u.stage, '-') || ' ' \
              || COALESCE(c.domain, '-') \
              FROM users u LEFT JOIN customers c ON c.id = u.customer_id \
-             WHERE u.organization_id = {p}"
-        ),
-        format!(
-            "SELECT 'source ' || s.source_type || ' ' || s.source_id || ' ' || s.title || ' ' \
+             WHERE u.organization_id = ?",
+        "SELECT 'source ' || s.source_type || ' ' || s.source_id || ' ' || s.title || ' ' \
              || COALESCE(c.external_id, '-') FROM sources s \
-             LEFT JOIN customers c ON c.id = s.customer_id WHERE s.organization_id = {p}"
-        ),
-        format!(
-            "SELECT 'fact ' || f.text || ' ' || f.source_type || ' ' || f.source_id || ' ' \
+             LEFT JOIN customers c ON c.id = s.customer_id WHERE s.organization_id = ?",
+        "SELECT 'fact ' || f.text || ' ' || f.source_type || ' ' || f.source_id || ' ' \
              || COALESCE(c.external_id, '-') FROM facts f \
-             LEFT JOIN customers c ON c.id = f.customer_id WHERE f.organization_id = {p}"
-        ),
+             LEFT JOIN customers c ON c.id = f.customer_id WHERE f.organization_id = ?",
     ];
     let mut records = Vec::new();
     for sql in queries {
-        let rows = app
-            .db
-            .query_all_raw(Statement::from_sql_and_values(
-                backend,
-                sql,
-                [org.to_string().into()],
-            ))
-            .await
-            .expect("query");
         records.extend(
-            rows.iter()
+            rows_of_org(app, sql, org)
+                .await
+                .iter()
                 .map(|r| r.try_get_by_index::<String>(0).expect("text")),
         );
     }
