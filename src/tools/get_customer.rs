@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     common::{first_page, parse_duration, resolve_customer, ts, PageTotal, Total},
+    record_counts::{self, KeptTotal},
     records,
     timeline::{self, Channels, Window},
     ToolContext, ToolError, ToolResult,
@@ -65,8 +66,9 @@ history), `recentTimeline` (latest activity within `timeframe`, default `30d`), 
 facts with provenance) and `sources` (recent calls, emails, meetings, tickets, opportunities). \
 Each section holds at most 100 items (users 100, recentTimeline 50, facts 50, sources 20, \
 revenue.history the latest 100 changes); `includeTotals` says how many there are in all per \
-section (`{users: 5000, facts: 12}`; counted up to 10,000, past which `includeTotalsExact` \
-marks the section false) and the list tools page through the rest. Returns the Customer record \
+section (`{users: 5000, facts: 12}`: exact for users, facts and sources; `revenue` and \
+`recentTimeline` are counted up to 10,000, past which `includeTotalsExact` marks the section \
+false) and the list tools page through the rest. Returns the Customer record \
 with one extra key per included section; 404 when no customer matches.";
 
 pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
@@ -89,7 +91,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let users = user::Entity::find()
             .filter(user::Column::OrganizationId.eq(org))
             .filter(user::Column::CustomerId.eq(&c.id));
-        let (rows, count) = first_and_total(db, users, SECTION_USERS, |q| {
+        let kept = KeptTotal::users_of(&c.id);
+        let (rows, count) = first_and_total(db, users, kept_total(org, kept), SECTION_USERS, |q| {
             q.order_by_with_nulls(
                 user::Column::LastActivityAt,
                 Order::Desc,
@@ -105,11 +108,13 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let changes = billing_change::Entity::find()
             .filter(billing_change::Column::OrganizationId.eq(org))
             .filter(billing_change::Column::CustomerId.eq(&c.id));
-        let (mut rows, count) = first_and_total(db, changes, SECTION_REVENUE_HISTORY, |q| {
-            q.order_by(billing_change::Column::At, Order::Desc)
-                .order_by(billing_change::Column::Id, Order::Desc)
-        })
-        .await?;
+        let counted = PageTotal::Counted(changes.clone());
+        let (mut rows, count) =
+            first_and_total(db, changes, counted, SECTION_REVENUE_HISTORY, |q| {
+                q.order_by(billing_change::Column::At, Order::Desc)
+                    .order_by(billing_change::Column::Id, Order::Desc)
+            })
+            .await?;
         rows.reverse();
         let history: Vec<Value> = rows
             .iter()
@@ -143,7 +148,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(fact::Column::OrganizationId.eq(org))
             .filter(fact::Column::CustomerId.eq(&c.id))
             .filter(fact::Column::Status.eq(FactStatus::Active));
-        let (rows, count) = first_and_total(db, facts, SECTION_FACTS, |q| {
+        let kept = KeptTotal::facts_of(&c.id, &[FactStatus::Active]);
+        let (rows, count) = first_and_total(db, facts, kept_total(org, kept), SECTION_FACTS, |q| {
             q.order_by(fact::Column::SourceOccurredAt, Order::Desc)
                 .order_by(fact::Column::Id, Order::Desc)
         })
@@ -155,7 +161,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         let sources = source::Entity::find()
             .filter(source::Column::OrganizationId.eq(org))
             .filter(source::Column::CustomerId.eq(&c.id));
-        let (rows, count) = first_and_total(db, sources, SECTION_SOURCES, |q| {
+        let kept = KeptTotal::sources_of(&c.id);
+        let (rows, count) = first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
             q.order_by(source::Column::OccurredAt, Order::Desc)
                 .order_by(source::Column::Id, Order::Desc)
         })
@@ -173,11 +180,17 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     Ok(out)
 }
 
-/// A section's first `limit` rows in the order `order` gives, and how many rows `matching`
-/// selects in all (counted up to where totals stop being exact), in one statement.
+/// A section's kept total: exact however many rows it has.
+fn kept_total<E: EntityTrait>(org: &str, kept: KeptTotal) -> PageTotal<E> {
+    PageTotal::Kept(record_counts::total_expr(org, &kept))
+}
+
+/// A section's first `limit` rows of those `matching` selects, in the order `order` gives, and
+/// `total`, in one statement.
 async fn first_and_total<E>(
     db: &crate::db::Reads,
     matching: sea_orm::Select<E>,
+    total: PageTotal<E>,
     limit: u64,
     order: impl FnOnce(sea_orm::Select<E>) -> sea_orm::Select<E>,
 ) -> Result<(Vec<E::Model>, Total), sea_orm::DbErr>
@@ -185,10 +198,5 @@ where
     E: EntityTrait,
     E::Model: Send + Sync,
 {
-    first_page(
-        db,
-        order(matching.clone()).limit(limit),
-        PageTotal::Counted(matching),
-    )
-    .await
+    first_page(db, order(matching).limit(limit), total).await
 }

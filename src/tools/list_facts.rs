@@ -77,8 +77,13 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(raw) = &input.after {
         filter = filter.add(Column::SourceOccurredAt.gte(parse_timestamp("after", raw)?));
     }
+    let mut kept = kept;
     if let Some(customer) = &input.customer {
         let found = resolve_customer(ctx, customer).await?;
+        // Of one customer by statuses alone, the total is kept per customer and status.
+        if types.is_none() && input.after.is_none() {
+            kept = Some(KeptTotal::facts_of(&found.id, &statuses));
+        }
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
     let db = ctx.db().await?;

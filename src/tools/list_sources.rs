@@ -54,22 +54,27 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(types) = &types {
         filter = filter.add(Column::SourceType.is_in(types.clone()));
     }
-    // Filtered by source types alone (or not at all), the total is kept per type.
-    let kept =
-        (input.after.is_none() && input.before.is_none() && input.customer.is_none()).then(|| {
-            KeptTotal {
-                record: "sources",
-                buckets: types.map(|t| t.iter().map(|t| t.to_string()).collect()),
-            }
-        });
+    // Filtered by source types alone (or not at all), the total is kept per type; by a
+    // customer alone, per customer.
+    let unbounded = input.after.is_none() && input.before.is_none();
+    let by_type = (unbounded && input.customer.is_none()).then(|| KeptTotal {
+        record: "sources",
+        buckets: types
+            .as_ref()
+            .map(|t| t.iter().map(|t| t.to_string()).collect()),
+    });
     if let Some(raw) = &input.after {
         filter = filter.add(Column::OccurredAt.gte(parse_timestamp("after", raw)?));
     }
     if let Some(raw) = &input.before {
         filter = filter.add(Column::OccurredAt.lt(parse_timestamp("before", raw)?));
     }
+    let mut kept = by_type;
     if let Some(customer) = &input.customer {
         let found = resolve_customer(ctx, customer).await?;
+        if unbounded && types.is_none() {
+            kept = Some(KeptTotal::sources_of(&found.id));
+        }
         filter = filter.add(Column::CustomerId.eq(found.id));
     }
     let db = ctx.db().await?;

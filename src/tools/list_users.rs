@@ -94,9 +94,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some(raw) = &input.inactive_for {
         range.before = Some(now - parse_duration("inactiveFor", raw)?);
     }
-    if let Some(customer) = &input.customer {
-        let found = resolve_customer(ctx, customer).await?;
-        filter = filter.add(Column::CustomerId.eq(found.id));
+    let customer_id = match &input.customer {
+        Some(customer) => Some(resolve_customer(ctx, customer).await?.id),
+        None => None,
+    };
+    if let Some(id) = &customer_id {
+        filter = filter.add(Column::CustomerId.eq(id));
     }
     // Filtered by nothing but the counted column (and traits): a total may be known without
     // counting the list.
@@ -128,13 +131,24 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         &mut residuals,
     )
     .await?;
-    // Filtered by the counted column alone, the total is kept; by one trait value alone, the
-    // trait index counted it.
-    let kept = (no_other_filter && input.traits.as_ref().is_none_or(Map::is_empty)).then(|| {
+    // Filtered by the counted column alone (or by a customer alone), the total is kept; by
+    // one trait value alone, the trait index counted it.
+    let no_traits = input.traits.as_ref().is_none_or(Map::is_empty);
+    let kept = (no_other_filter && no_traits).then(|| {
         KnownTotal::Kept(KeptTotal {
             record: "users",
             buckets: input.stage.map(|b| vec![b.as_str().to_string()]),
         })
+    });
+    let customer_alone = input.active_within.is_none()
+        && input.inactive_for.is_none()
+        && input.email.is_none()
+        && input.name.is_none()
+        && input.stage.is_none()
+        && no_traits;
+    let kept = kept.or_else(|| {
+        let id = customer_id.as_deref().filter(|_| customer_alone)?;
+        Some(KnownTotal::Kept(KeptTotal::users_of(id)))
     });
     let known = kept.or(traits.counted_alone.map(KnownTotal::Counted));
     let (residual, counted_residual, unimplied) = residuals.split();

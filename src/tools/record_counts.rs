@@ -1,8 +1,9 @@
 //! Exact totals kept by the `record_counts` triggers (see those migrations): users per journey
 //! stage, customers per billing status (with their revenue) and per revenue band, sources per
 //! source type, facts per status and source type (`STATUS:TYPE`), and customers and users per
-//! indexed trait value, per organization. A list filtered by nothing but
-//! those reads its `pagination.total` here instead of counting every match; the
+//! indexed trait value, per organization; and each customer's users, sources, and facts per
+//! status. A list filtered by nothing but those reads its `pagination.total` here instead of
+//! counting every match, and `svc_get_customer` its `includeTotals`; the
 //! `customer_totals` and `user_totals` analytics views read them too.
 //!
 //! On PostgreSQL each database backend counts in rows of its own, summed by readers, so that
@@ -22,6 +23,38 @@ pub struct KeptTotal {
     /// The buckets summed (stages, billing statuses, source types, `STATUS:TYPE`), or `None`
     /// for all of them.
     pub buckets: Option<Vec<String>>,
+}
+
+impl KeptTotal {
+    /// One customer's users.
+    pub fn users_of(customer_id: &str) -> Self {
+        Self::of_customer("customer_users", customer_id)
+    }
+
+    /// The sources about one customer.
+    pub fn sources_of(customer_id: &str) -> Self {
+        Self::of_customer("customer_sources", customer_id)
+    }
+
+    /// One customer's facts in these statuses.
+    pub fn facts_of(customer_id: &str, statuses: &[entity::fact::FactStatus]) -> Self {
+        Self {
+            record: "customer_facts",
+            buckets: Some(
+                statuses
+                    .iter()
+                    .map(|s| format!("{customer_id}:{}", s.as_str()))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn of_customer(record: &'static str, customer_id: &str) -> Self {
+        Self {
+            record,
+            buckets: Some(vec![customer_id.to_string()]),
+        }
+    }
 }
 
 /// The organization's kept total.

@@ -253,6 +253,52 @@ async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
         .expect("a number")
 }
 
+/// The (text, number) pairs `sql` answers, its one `?` bound to the organization.
+async fn pairs_of_org(app: &TestApp, sql: &str, org: &str) -> BTreeMap<String, i64> {
+    rows_of_org(app, sql, org)
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r.try_get_by_index::<String>(0).expect("text"),
+                r.try_get_by_index::<i64>(1).expect("number"),
+            )
+        })
+        .collect()
+}
+
+/// Each customer's kept counts (the triggers') of users, sources and facts per status agree
+/// with the rows.
+pub(crate) async fn assert_counts_per_customer(app: &TestApp, org: &str) {
+    for (record, table, bucket) in [
+        ("customer_users", "users", "COALESCE(customer_id, '')"),
+        ("customer_sources", "sources", "COALESCE(customer_id, '')"),
+        ("customer_facts", "facts", "customer_id || ':' || status"),
+    ] {
+        let kept = pairs_of_org(
+            app,
+            &format!(
+                "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
+                 WHERE organization_id = ? AND record = '{record}' \
+                 GROUP BY bucket HAVING SUM(n) <> 0"
+            ),
+            org,
+        )
+        .await;
+        let rows = pairs_of_org(
+            app,
+            &format!(
+                "SELECT {bucket}, CAST(COUNT(*) AS BIGINT) FROM {table} \
+                 WHERE organization_id = ? GROUP BY {bucket}"
+            ),
+            org,
+        )
+        .await;
+        assert!(!rows.is_empty(), "{table}: no rows to count");
+        assert_eq!(kept, rows, "{record}: kept per customer against the rows");
+    }
+}
+
 /// Ids of a table's rows of one organization, by a key column.
 async fn ids_by(app: &TestApp, table: &str, key: &str, org: &str) -> BTreeMap<String, String> {
     let sql = format!("SELECT {key}, id FROM {table} WHERE organization_id = ?");
@@ -374,6 +420,7 @@ db_test!(reimport_is_idempotent, |app: TestApp| async move {
         .await;
         assert_eq!(mismatched, 0, "{record} kept counts per bucket");
     }
+    assert_counts_per_customer(&app, o).await;
     // Imported emails are stored in their normal form.
     let mixed = scalar(
         &app,
@@ -959,6 +1006,8 @@ db_test!(
         )
         .await;
         assert_eq!(doubled, 0, "emails with more than one user");
+        // Each customer's kept counts followed the import's chunks and ingest's users at once.
+        assert_counts_per_customer(&app, &o).await;
     }
 );
 
@@ -1322,6 +1371,8 @@ db_test!(
         let starts = |prefix: String| got.iter().any(|r| r.starts_with(&prefix));
         assert!(starts(format!("user ub_{n} renamed{n}@example.com ")));
         assert!(starts(format!("user - b{n}@example.com Newcomer ")));
+        // Chunks written at once kept each customer's counts as users moved between them.
+        assert_counts_per_customer(&app, &streamed).await;
     }
 );
 
@@ -1357,5 +1408,6 @@ db_test!(
             .await;
             assert_eq!(rows, expected as i64, "{table}: one row per {key}");
         }
+        assert_counts_per_customer(&app, &org).await;
     }
 );

@@ -315,6 +315,26 @@ async fn list_total(app: &TestApp, key: &str, name: &str, input: Value) -> Value
     r.body["pagination"]["total"].clone()
 }
 
+/// A customer's `includeTotals` of users, sources and facts, checked against the totals of its
+/// users', sources' and facts' lists.
+async fn customer_totals(app: &TestApp, key: &str, customer: &str) -> Value {
+    let include = json!({"customer": customer, "include": ["users", "sources", "facts"]});
+    let r = tool(app, key, "svc_get_customer", include).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let of = json!({"customer": customer});
+    let lists = json!({
+        "users": list_total(app, key, "svc_list_users", of.clone()).await,
+        "sources": list_total(app, key, "svc_list_sources", of.clone()).await,
+        "facts": list_total(app, key, "svc_list_facts", of).await,
+    });
+    assert_eq!(r.body["includeTotals"], lists, "{customer}: sections against lists");
+    assert_eq!(
+        r.body["includeTotalsExact"],
+        json!({"users": true, "sources": true, "facts": true})
+    );
+    lists
+}
+
 // Totals of lists filtered by stage or billing status alone come from counts kept by triggers:
 // they follow inserts, changes and deletes, and never mix organizations.
 db_test!(list_totals_follow_changes, |app: TestApp| async move {
@@ -418,6 +438,37 @@ db_test!(list_totals_follow_changes, |app: TestApp| async move {
             .to_string();
     }
     assert_eq!(seen, ["Globex", "Initech", "Umbrella Corp"]);
+
+    // One customer's users, sources and facts are counted per customer too: they follow a
+    // user and a source moving to another customer, and a fact's status.
+    let acme = json!({"users": 3, "sources": 4, "facts": 2});
+    assert_eq!(customer_totals(&app, k, "acme.com").await, acme);
+    let globex = json!({"users": 1, "sources": 1, "facts": 1});
+    assert_eq!(customer_totals(&app, k, "globex.com").await, globex);
+    let lines = [
+        json!({"kind":"user","customer":"globex.com","email":"bob@acme.com","externalId":"u_2"}),
+        json!({"kind":"source","sourceType":"EMAIL","sourceId":"email_1","customer":"globex.com","title":"Renewal question","body":"Our renewal is in March.","occurredAt":ago(10)}),
+        json!({"kind":"fact","customer":"acme.com","text":"Acme plans to add 40 seats in Q1","status":"SUPERSEDED","sourceType":"CALL","sourceId":"call_1","sourceQuote":"we want forty more seats"}),
+    ]
+    .map(|l| l.to_string())
+    .join("\n");
+    let report = import::import_text(&app.db, &org.organization_id, &lines)
+        .await
+        .expect("import");
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    let acme = json!({"users": 2, "sources": 3, "facts": 1});
+    assert_eq!(customer_totals(&app, k, "acme.com").await, acme);
+    let globex = json!({"users": 2, "sources": 2, "facts": 1});
+    assert_eq!(customer_totals(&app, k, "globex.com").await, globex);
+    let superseded = json!({"customer": "acme.com", "status": ["ACTIVE", "SUPERSEDED"]});
+    assert_eq!(
+        list_total(&app, k, "svc_list_facts", superseded).await,
+        3
+    );
+    // The other organization's customers of the same domains did not move.
+    let unmoved = json!({"users": 2, "sources": 4, "facts": 2});
+    assert_eq!(customer_totals(&app, k2, "acme.com").await, unmoved);
+    crate::import::assert_counts_per_customer(&app, &org.organization_id).await;
 });
 
 // A name list finds exactly the records whose names hold the needle where the lookup asks the
@@ -689,7 +740,8 @@ db_test!(
         "billingStatus": "PAYING", "mrrCents": 100, "traits": {"tier": "gold"}})
             .to_string(),
         ];
-        for u in 0..130 {
+        // More users than counted totals reach: the customer's total is kept, so exact.
+        for u in 0..10_020 {
             lines.push(
                 json!({"kind": "user", "customer": "whale.com",
             "email": format!("u{u}@whale.com"), "lastActivityAt": ago(u % 40)})
@@ -749,7 +801,7 @@ db_test!(
         assert_eq!(history[99]["mrrCents"], 119);
         assert_eq!(
             r.body["includeTotals"],
-            json!({"users": 130, "revenue": 120, "facts": 0})
+            json!({"users": 10_020, "revenue": 120, "facts": 0})
         );
         assert_eq!(
             r.body["includeTotalsExact"],
@@ -772,6 +824,9 @@ db_test!(
         )
         .await;
         assert!(plain.body.get("includeTotals").is_none());
+        let users = tool(&app, k, "svc_list_users", json!({"customer": "whale.com"})).await;
+        assert_eq!(users.body["pagination"]["total"], 10_020);
+        assert_eq!(users.body["pagination"]["totalExact"], true);
 
         // 10,051 PAYING customers: the kept count is exact; a filter that counts stops at 10,000.
         let r = tool(
@@ -877,7 +932,7 @@ db_test!(
         assert_eq!(
             r.body["pagination"],
             json!({"hasMore": true,
-        "nextCursor": r.body["pagination"]["nextCursor"], "total": 130, "totalExact": true})
+        "nextCursor": r.body["pagination"]["nextCursor"], "total": 10_020, "totalExact": true})
         );
         // The other organization's book counts nothing here.
         let r = tool(
