@@ -60,7 +60,10 @@ impl MigrationTrait for Migration {
                     columns,
                 } = counted;
                 for statement in postgres_per_statement(record, table, bucket, "0", columns) {
-                    manager.get_connection().execute_unprepared(&statement).await?;
+                    manager
+                        .get_connection()
+                        .execute_unprepared(&statement)
+                        .await?;
                 }
             }
         }
@@ -71,9 +74,11 @@ impl MigrationTrait for Migration {
         let postgres = manager.get_database_backend() == DbBackend::Postgres;
         for counted in &PER_CUSTOMER {
             if postgres {
-                for statement in postgres_per_row(counted.record, counted.table, counted.columns)
-                {
-                    manager.get_connection().execute_unprepared(&statement).await?;
+                for statement in postgres_per_row(counted.record, counted.table, counted.columns) {
+                    manager
+                        .get_connection()
+                        .execute_unprepared(&statement)
+                        .await?;
                 }
             }
             counted.down(manager).await?;

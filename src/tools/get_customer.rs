@@ -133,13 +133,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             before: None,
             channels: Channels::ALL,
         };
-        let (entries, count) = tokio::try_join!(
-            timeline::read(ctx, &window, None, SECTION_TIMELINE, true),
-            timeline::count(ctx, &window)
-        )?;
+        let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true).await?;
+        let count = read.total(ctx, &window).await?;
         obj.insert(
             "recentTimeline".into(),
-            entries.into_iter().map(|e| e.value).collect(),
+            read.entries.into_iter().map(|e| e.value).collect(),
         );
         total("recentTimeline", count);
     }
@@ -162,11 +160,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(source::Column::OrganizationId.eq(org))
             .filter(source::Column::CustomerId.eq(&c.id));
         let kept = KeptTotal::sources_of(&c.id);
-        let (rows, count) = first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
-            q.order_by(source::Column::OccurredAt, Order::Desc)
-                .order_by(source::Column::Id, Order::Desc)
-        })
-        .await?;
+        let (rows, count) =
+            first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
+                q.order_by(source::Column::OccurredAt, Order::Desc)
+                    .order_by(source::Column::Id, Order::Desc)
+            })
+            .await?;
         obj.insert(
             "sources".into(),
             rows.iter().map(records::source_item).collect(),

@@ -96,10 +96,6 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         before,
         channels,
     };
-    let total = match &req.cursor {
-        Some(c) => c.total(),
-        None => timeline::count(ctx, &window).await?,
-    };
     let start = match &req.cursor {
         Some(c) => Some(Position {
             at: c
@@ -110,7 +106,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         }),
         None => None,
     };
-    let mut entries = timeline::read(ctx, &window, start.as_ref(), req.limit + 1, false).await?;
+    let read = timeline::read(ctx, &window, start.as_ref(), req.limit + 1, false).await?;
+    let total = match &req.cursor {
+        Some(c) => c.total(),
+        None => read.total(ctx, &window).await?,
+    };
+    let mut entries = read.entries;
     let has_more = entries.len() as u64 > req.limit;
     entries.truncate(req.limit as usize);
     let next_cursor = match entries.last() {

@@ -149,6 +149,25 @@ pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     Ok(count_capped_parts(ctx.db().await?, parts).await?)
 }
 
+/// Entries read from a window, and its total when the read saw all of it.
+pub struct Read {
+    pub entries: Vec<Entry>,
+    /// Every entry in the window, exactly, when the read started at the window's start and
+    /// each channel gave fewer rows than asked for (so the window has no more): a customer's
+    /// usual 30 days. `None` otherwise: [`count`] it.
+    pub total: Option<Total>,
+}
+
+impl Read {
+    /// The window's total: the one the read saw, else counted.
+    pub async fn total(&self, ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
+        match self.total {
+            Some(total) => Ok(total),
+            None => count(ctx, w).await,
+        }
+    }
+}
+
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
 /// latest `n`, still returned oldest first.
 pub async fn read(
@@ -157,8 +176,11 @@ pub async fn read(
     start: Option<&Position>,
     n: u64,
     newest_first: bool,
-) -> ToolResult<Vec<Entry>> {
+) -> ToolResult<Read> {
     let db = ctx.db().await?;
+    // Whether every channel read came back short of `n` rows, from the window's start.
+    let mut whole = start.is_none();
+    let mut short = |rows: usize| whole &= (rows as u64) < n;
     let order = if newest_first {
         Order::Desc
     } else {
@@ -181,6 +203,7 @@ pub async fn read(
             .limit(n)
             .all(db)
             .await?;
+        short(rows.len());
         entries.extend(rows.iter().map(|e| Entry {
             at: e.occurred_at,
             rank: RANK_EVENT,
@@ -204,6 +227,7 @@ pub async fn read(
             .limit(n)
             .all(db)
             .await?;
+        short(rows.len());
         entries.extend(rows.iter().map(|b| Entry {
             at: b.at,
             rank: RANK_BILLING,
@@ -228,6 +252,7 @@ pub async fn read(
             .limit(n)
             .all(db)
             .await?;
+        short(rows.len());
         entries.extend(rows.iter().map(|s| Entry {
             at: s.occurred_at,
             rank: RANK_SOURCE,
@@ -236,11 +261,12 @@ pub async fn read(
         }));
     }
     entries.sort_by(|a, b| (a.at, a.rank, &a.id).cmp(&(b.at, b.rank, &b.id)));
+    let total = whole.then(|| Total::exact(entries.len() as u64));
     if newest_first {
         let skip = entries.len().saturating_sub(n as usize);
         entries.drain(..skip);
     } else {
         entries.truncate(n as usize);
     }
-    Ok(entries)
+    Ok(Read { entries, total })
 }

@@ -442,7 +442,12 @@ fn later_page_cursor() -> String {
 /// Whether the call's totals of a customer's users, sources and facts are kept ones.
 fn kept_per_customer(label: &str) -> bool {
     label.starts_with("get_customer, every include")
-        || ["list_users customer", "list_facts customer", "list_sources customer"].contains(&label)
+        || [
+            "list_users customer",
+            "list_facts customer",
+            "list_sources customer",
+        ]
+        .contains(&label)
 }
 
 /// One tool call of the test: a label, the tool, its input and whether it asks about one

@@ -327,7 +327,10 @@ async fn customer_totals(app: &TestApp, key: &str, customer: &str) -> Value {
         "sources": list_total(app, key, "svc_list_sources", of.clone()).await,
         "facts": list_total(app, key, "svc_list_facts", of).await,
     });
-    assert_eq!(r.body["includeTotals"], lists, "{customer}: sections against lists");
+    assert_eq!(
+        r.body["includeTotals"], lists,
+        "{customer}: sections against lists"
+    );
     assert_eq!(
         r.body["includeTotalsExact"],
         json!({"users": true, "sources": true, "facts": true})
@@ -461,10 +464,7 @@ db_test!(list_totals_follow_changes, |app: TestApp| async move {
     let globex = json!({"users": 2, "sources": 2, "facts": 1});
     assert_eq!(customer_totals(&app, k, "globex.com").await, globex);
     let superseded = json!({"customer": "acme.com", "status": ["ACTIVE", "SUPERSEDED"]});
-    assert_eq!(
-        list_total(&app, k, "svc_list_facts", superseded).await,
-        3
-    );
+    assert_eq!(list_total(&app, k, "svc_list_facts", superseded).await, 3);
     // The other organization's customers of the same domains did not move.
     let unmoved = json!({"users": 2, "sources": 4, "facts": 2});
     assert_eq!(customer_totals(&app, k2, "acme.com").await, unmoved);
@@ -1541,6 +1541,13 @@ db_test!(get_timeline, |app: TestApp| async move {
         cursor = r.body["pagination"]["nextCursor"].clone();
     }
     assert_eq!(all, ats);
+    // A first page's total is the window's whatever the page's size: read off the page's rows
+    // when every channel came back short of what was asked, counted otherwise.
+    for limit in 1..=5 {
+        let input = json!({"customer": "acme.com", "timeframe": "60d", "limit": limit});
+        let r = tool(&app, k, "svc_get_timeline", input).await;
+        assert_eq!(r.body["pagination"]["total"], 8, "limit {limit}");
+    }
 
     let r = tool(
         &app,
