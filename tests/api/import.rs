@@ -253,15 +253,19 @@ async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
         .expect("a number")
 }
 
-/// The (text, number) pairs `sql` answers, its one `?` bound to the organization.
-async fn pairs_of_org(app: &TestApp, sql: &str, org: &str) -> BTreeMap<String, i64> {
+/// The (text, value) pairs `sql` answers, its one `?` bound to the organization.
+async fn pairs_of_org<V: sea_orm::TryGetable>(
+    app: &TestApp,
+    sql: &str,
+    org: &str,
+) -> BTreeMap<String, V> {
     rows_of_org(app, sql, org)
         .await
         .iter()
         .map(|r| {
             (
                 r.try_get_by_index::<String>(0).expect("text"),
-                r.try_get_by_index::<i64>(1).expect("number"),
+                r.try_get_by_index::<V>(1).expect("value"),
             )
         })
         .collect()
@@ -275,7 +279,7 @@ pub(crate) async fn assert_counts_per_customer(app: &TestApp, org: &str) {
         ("customer_sources", "sources", "COALESCE(customer_id, '')"),
         ("customer_facts", "facts", "customer_id || ':' || status"),
     ] {
-        let kept = pairs_of_org(
+        let kept: BTreeMap<String, i64> = pairs_of_org(
             app,
             &format!(
                 "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
@@ -285,7 +289,7 @@ pub(crate) async fn assert_counts_per_customer(app: &TestApp, org: &str) {
             org,
         )
         .await;
-        let rows = pairs_of_org(
+        let rows: BTreeMap<String, i64> = pairs_of_org(
             app,
             &format!(
                 "SELECT {bucket}, CAST(COUNT(*) AS BIGINT) FROM {table} \
@@ -302,16 +306,7 @@ pub(crate) async fn assert_counts_per_customer(app: &TestApp, org: &str) {
 /// Ids of a table's rows of one organization, by a key column.
 async fn ids_by(app: &TestApp, table: &str, key: &str, org: &str) -> BTreeMap<String, String> {
     let sql = format!("SELECT {key}, id FROM {table} WHERE organization_id = ?");
-    rows_of_org(app, &sql, org)
-        .await
-        .iter()
-        .map(|r| {
-            (
-                r.try_get_by_index::<String>(0).expect("key"),
-                r.try_get_by_index::<String>(1).expect("id"),
-            )
-        })
-        .collect()
+    pairs_of_org(app, &sql, org).await
 }
 
 // A book larger than one chunk lands whole; importing it again updates every record in place

@@ -315,6 +315,15 @@ async fn list_total(app: &TestApp, key: &str, name: &str, input: Value) -> Value
     r.body["pagination"]["total"].clone()
 }
 
+/// Imports `lines` through the import path; none may be rejected.
+async fn import_all(app: &TestApp, org: &str, lines: &[Value]) {
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let report = import::import_text(&app.db, org, &text.join("\n"))
+        .await
+        .expect("import");
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+}
+
 /// A customer's `includeTotals` of users, sources and facts, checked against the totals of its
 /// users', sources' and facts' lists.
 async fn customer_totals(app: &TestApp, key: &str, customer: &str) -> Value {
@@ -354,16 +363,11 @@ db_test!(list_totals_follow_changes, |app: TestApp| async move {
     );
 
     // A new user and a stage change, both through the import path.
-    let lines = [
+    import_all(&app, &org.organization_id, &[
         json!({"kind":"user","customer":"acme.com","email":"eve@acme.com","externalId":"u_5","name":"Eve","stage":"engaged"}),
         json!({"kind":"user","customer":"acme.com","email":"ada@acme.com","externalId":"u_1","name":"Ada Lovelace","stage":"engaged","traits":{"role":"admin"},"lastActivityAt":ago(1)}),
-    ]
-    .map(|l| l.to_string())
-    .join("\n");
-    let report = import::import_text(&app.db, &org.organization_id, &lines)
-        .await
-        .expect("import");
-    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    ])
+    .await;
     assert_eq!(list_total(&app, k, "svc_list_users", json!({})).await, 5);
     assert_eq!(
         list_total(&app, k, "svc_list_users", engaged.clone()).await,
@@ -448,17 +452,12 @@ db_test!(list_totals_follow_changes, |app: TestApp| async move {
     assert_eq!(customer_totals(&app, k, "acme.com").await, acme);
     let globex = json!({"users": 1, "sources": 1, "facts": 1});
     assert_eq!(customer_totals(&app, k, "globex.com").await, globex);
-    let lines = [
+    import_all(&app, &org.organization_id, &[
         json!({"kind":"user","customer":"globex.com","email":"bob@acme.com","externalId":"u_2"}),
         json!({"kind":"source","sourceType":"EMAIL","sourceId":"email_1","customer":"globex.com","title":"Renewal question","body":"Our renewal is in March.","occurredAt":ago(10)}),
         json!({"kind":"fact","customer":"acme.com","text":"Acme plans to add 40 seats in Q1","status":"SUPERSEDED","sourceType":"CALL","sourceId":"call_1","sourceQuote":"we want forty more seats"}),
-    ]
-    .map(|l| l.to_string())
-    .join("\n");
-    let report = import::import_text(&app.db, &org.organization_id, &lines)
-        .await
-        .expect("import");
-    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    ])
+    .await;
     let acme = json!({"users": 2, "sources": 3, "facts": 1});
     assert_eq!(customer_totals(&app, k, "acme.com").await, acme);
     let globex = json!({"users": 2, "sources": 2, "facts": 1});
