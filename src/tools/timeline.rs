@@ -168,16 +168,55 @@ impl Read {
     }
 }
 
+/// A channel's rows read already: the customer's newest, newest first, bounded by nothing else,
+/// and at least as many as the read asks for (or all there are). `svc_get_customer` reads its
+/// revenue history and its sources so; its latest timeline takes those channels from them
+/// instead of reading them again.
+pub struct Ahead<'a> {
+    pub billing: Option<&'a [billing_change::Model]>,
+    pub sources: Option<&'a [source::Model]>,
+}
+
+impl Ahead<'_> {
+    pub const NONE: Ahead<'static> = Ahead {
+        billing: None,
+        sources: None,
+    };
+}
+
+/// The latest of `rows` (newest first) within the window, at most `n`, when they are what a
+/// read of the window's latest `n` would give: `None` when the window has an end, or when a
+/// row of those is not the channel's (`belongs`).
+fn latest_ahead<M: Clone>(
+    rows: Option<&[M]>,
+    w: &Window,
+    n: u64,
+    at: impl Fn(&M) -> DateTime<Utc>,
+    belongs: impl Fn(&M) -> bool,
+) -> Option<Vec<M>> {
+    let rows = rows.filter(|_| w.before.is_none())?;
+    let within: Vec<M> = rows
+        .iter()
+        .take_while(|r| w.from.is_none_or(|from| at(r) >= from))
+        .take(n as usize)
+        .cloned()
+        .collect();
+    within.iter().all(belongs).then_some(within)
+}
+
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
-/// latest `n`, still returned oldest first.
+/// latest `n`, still returned oldest first. Channels `ahead` holds (for the latest entries
+/// only) are taken from it.
 pub async fn read(
     ctx: &ToolContext,
     w: &Window<'_>,
     start: Option<&Position>,
     n: u64,
     newest_first: bool,
+    ahead: &Ahead<'_>,
 ) -> ToolResult<Read> {
     let db = ctx.db().await?;
+    let latest = start.is_none() && newest_first;
     // Whether every channel read came back short of `n` rows, from the window's start.
     let mut whole = start.is_none();
     let mut short = |rows: usize| whole &= (rows as u64) < n;
@@ -212,21 +251,26 @@ pub async fn read(
         }));
     }
     if w.channels.billing {
-        let mut q = billing_change::Entity::find().filter(billing_filter(ctx, w));
-        if let Some(pos) = start {
-            q = q.filter(after(
-                billing_change::Column::At,
-                billing_change::Column::Id,
-                RANK_BILLING,
-                pos,
-            ));
-        }
-        let rows = q
-            .order_by(billing_change::Column::At, order.clone())
-            .order_by(billing_change::Column::Id, order.clone())
-            .limit(n)
-            .all(db)
-            .await?;
+        let ahead = ahead.billing.filter(|_| latest);
+        let rows = match latest_ahead(ahead, w, n, |b| b.at, |_| true) {
+            Some(rows) => rows,
+            None => {
+                let mut q = billing_change::Entity::find().filter(billing_filter(ctx, w));
+                if let Some(pos) = start {
+                    q = q.filter(after(
+                        billing_change::Column::At,
+                        billing_change::Column::Id,
+                        RANK_BILLING,
+                        pos,
+                    ));
+                }
+                q.order_by(billing_change::Column::At, order.clone())
+                    .order_by(billing_change::Column::Id, order.clone())
+                    .limit(n)
+                    .all(db)
+                    .await?
+            }
+        };
         short(rows.len());
         entries.extend(rows.iter().map(|b| Entry {
             at: b.at,
@@ -237,21 +281,27 @@ pub async fn read(
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
-        let mut q = source::Entity::find().filter(source_filter(ctx, w, &types));
-        if let Some(pos) = start {
-            q = q.filter(after(
-                source::Column::OccurredAt,
-                source::Column::Id,
-                RANK_SOURCE,
-                pos,
-            ));
-        }
-        let rows = q
-            .order_by(source::Column::OccurredAt, order.clone())
-            .order_by(source::Column::Id, order.clone())
-            .limit(n)
-            .all(db)
-            .await?;
+        let ahead = ahead.sources.filter(|_| latest);
+        let of_types = |s: &source::Model| types.contains(&s.source_type.as_str());
+        let rows = match latest_ahead(ahead, w, n, |s| s.occurred_at, of_types) {
+            Some(rows) => rows,
+            None => {
+                let mut q = source::Entity::find().filter(source_filter(ctx, w, &types));
+                if let Some(pos) = start {
+                    q = q.filter(after(
+                        source::Column::OccurredAt,
+                        source::Column::Id,
+                        RANK_SOURCE,
+                        pos,
+                    ));
+                }
+                q.order_by(source::Column::OccurredAt, order.clone())
+                    .order_by(source::Column::Id, order.clone())
+                    .limit(n)
+                    .all(db)
+                    .await?
+            }
+        };
         short(rows.len());
         entries.extend(rows.iter().map(|s| Entry {
             at: s.occurred_at,

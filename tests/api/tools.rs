@@ -315,6 +315,25 @@ async fn list_total(app: &TestApp, key: &str, name: &str, input: Value) -> Value
     r.body["pagination"]["total"].clone()
 }
 
+/// `svc_get_customer`'s `recentTimeline` with every include (its billing and source entries
+/// taken from the revenue and sources sections' rows) is the one it reads alone, and so is its
+/// total.
+async fn assert_same_latest_timeline(app: &TestApp, key: &str, customer: &str, timeframe: &str) {
+    let every = ["users", "revenue", "recentTimeline", "facts", "sources"];
+    let mut sections = Vec::new();
+    for include in [json!(every), json!(["recentTimeline"])] {
+        let input = json!({"customer": customer, "timeframe": timeframe, "include": include});
+        let r = tool(app, key, "svc_get_customer", input).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        sections.push(json!([
+            r.body["recentTimeline"],
+            r.body["includeTotals"]["recentTimeline"],
+            r.body["includeTotalsExact"]["recentTimeline"]
+        ]));
+    }
+    assert_eq!(sections[0], sections[1], "{customer}, {timeframe}");
+}
+
 /// Imports `lines` through the import path; none may be rejected.
 async fn import_all(app: &TestApp, org: &str, lines: &[Value]) {
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
@@ -695,6 +714,9 @@ db_test!(get_customer, |app: TestApp| async move {
     // 30 days: both billing changes older than 30 days? one (25 days) is in.
     assert!(timeline.iter().any(|e| e["channel"] == "billing"));
     snap!("get_customer_all_includes", r.body);
+    for timeframe in ["1d", "3d", "5d", "30d", "60d"] {
+        assert_same_latest_timeline(&app, k, "acme.com", timeframe).await;
+    }
 
     let r = tool(
         &app,
@@ -1024,6 +1046,7 @@ db_test!(
                 customer.body["includeTotalsExact"]["recentTimeline"],
                 r.body["pagination"]["totalExact"]
             );
+            assert_same_latest_timeline(&app, k, "whale.com", "30d").await;
             r.body["pagination"].clone()
         };
         import::import_text(&app.db, &org.organization_id, &sources(0, 3_000))
