@@ -110,13 +110,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(source::Column::OrganizationId.eq(org))
             .filter(source::Column::CustomerId.eq(&c.id));
         let kept = KeptTotal::sources_of(&c.id);
-        let limit = if with_timeline {
-            SECTION_SOURCES.max(SECTION_TIMELINE)
-        } else {
-            SECTION_SOURCES
-        };
         Some(
-            first_and_total(db, sources, kept_total(org, kept), limit, |q| {
+            first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
                 q.order_by(source::Column::OccurredAt, Order::Desc)
                     .order_by(source::Column::Id, Order::Desc)
             })
@@ -162,8 +157,14 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             channels: Channels::ALL,
         };
         let ahead = timeline::Ahead {
-            billing: revenue.as_ref().map(|(rows, _)| rows.as_slice()),
-            sources: sources.as_ref().map(|(rows, _)| rows.as_slice()),
+            billing: revenue.as_ref().map(|(rows, _)| timeline::Newest {
+                rows,
+                asked: SECTION_REVENUE_HISTORY,
+            }),
+            sources: sources.as_ref().map(|(rows, _)| timeline::Newest {
+                rows,
+                asked: SECTION_SOURCES,
+            }),
         };
         let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true, &ahead).await?;
         let count = read.total(ctx, &window).await?;
@@ -190,10 +191,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if let Some((rows, count)) = &sources {
         obj.insert(
             "sources".into(),
-            rows.iter()
-                .take(SECTION_SOURCES as usize)
-                .map(records::source_item)
-                .collect(),
+            rows.iter().map(records::source_item).collect(),
         );
         total("sources", *count);
     }

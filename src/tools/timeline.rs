@@ -168,13 +168,18 @@ impl Read {
     }
 }
 
-/// A channel's rows read already: the customer's newest, newest first, bounded by nothing else,
-/// and at least as many as the read asks for (or all there are). `svc_get_customer` reads its
-/// revenue history and its sources so; its latest timeline takes those channels from them
-/// instead of reading them again.
+/// A channel's newest rows read already (newest first, bounded by nothing but the customer),
+/// and how many were asked for. `svc_get_customer` reads its revenue history and its sources
+/// so; its latest timeline takes those channels from them instead of reading them again.
+pub struct Newest<'a, M> {
+    pub rows: &'a [M],
+    pub asked: u64,
+}
+
+/// The channels of a latest timeline read already.
 pub struct Ahead<'a> {
-    pub billing: Option<&'a [billing_change::Model]>,
-    pub sources: Option<&'a [source::Model]>,
+    pub billing: Option<Newest<'a, billing_change::Model>>,
+    pub sources: Option<Newest<'a, source::Model>>,
 }
 
 impl Ahead<'_> {
@@ -184,24 +189,28 @@ impl Ahead<'_> {
     };
 }
 
-/// The latest of `rows` (newest first) within the window, at most `n`, when they are what a
-/// read of the window's latest `n` would give: `None` when the window has an end, or when a
-/// row of those is not the channel's (`belongs`).
+/// The latest `n` rows of the window among `newest`, when those are what a read of them would
+/// give: `None` when the window has an end, when a row of them is not the channel's
+/// (`belongs`), or when the window may hold rows past them (every row read is within it, there
+/// may be more, and fewer than `n` were asked for).
 fn latest_ahead<M: Clone>(
-    rows: Option<&[M]>,
+    newest: Option<&Newest<M>>,
     w: &Window,
     n: u64,
     at: impl Fn(&M) -> DateTime<Utc>,
     belongs: impl Fn(&M) -> bool,
 ) -> Option<Vec<M>> {
-    let rows = rows.filter(|_| w.before.is_none())?;
-    let within: Vec<M> = rows
+    let Newest { rows, asked } = newest.filter(|_| w.before.is_none())?;
+    let within = rows
         .iter()
         .take_while(|r| w.from.is_none_or(|from| at(r) >= from))
-        .take(n as usize)
-        .cloned()
-        .collect();
-    within.iter().all(belongs).then_some(within)
+        .count();
+    let all_of_window = within < rows.len() || (rows.len() as u64) < *asked;
+    if !all_of_window && *asked < n {
+        return None;
+    }
+    let latest: Vec<M> = rows[..within].iter().take(n as usize).cloned().collect();
+    latest.iter().all(belongs).then_some(latest)
 }
 
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
@@ -251,7 +260,7 @@ pub async fn read(
         }));
     }
     if w.channels.billing {
-        let ahead = ahead.billing.filter(|_| latest);
+        let ahead = ahead.billing.as_ref().filter(|_| latest);
         let rows = match latest_ahead(ahead, w, n, |b| b.at, |_| true) {
             Some(rows) => rows,
             None => {
@@ -281,7 +290,7 @@ pub async fn read(
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
-        let ahead = ahead.sources.filter(|_| latest);
+        let ahead = ahead.sources.as_ref().filter(|_| latest);
         let of_types = |s: &source::Model| types.contains(&s.source_type.as_str());
         let rows = match latest_ahead(ahead, w, n, |s| s.occurred_at, of_types) {
             Some(rows) => rows,
