@@ -87,39 +87,6 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         totals.insert(section.into(), json!(t.count));
         exact.insert(section.into(), json!(t.exact));
     };
-    // The revenue history and the sources are read first: the latest timeline takes its
-    // billing and source entries from them instead of reading those again.
-    let revenue = if include.contains(&Section::Revenue) {
-        let changes = billing_change::Entity::find()
-            .filter(billing_change::Column::OrganizationId.eq(org))
-            .filter(billing_change::Column::CustomerId.eq(&c.id));
-        let counted = PageTotal::Counted(changes.clone());
-        Some(
-            first_and_total(db, changes, counted, SECTION_REVENUE_HISTORY, |q| {
-                q.order_by(billing_change::Column::At, Order::Desc)
-                    .order_by(billing_change::Column::Id, Order::Desc)
-            })
-            .await?,
-        )
-    } else {
-        None
-    };
-    let with_timeline = include.contains(&Section::RecentTimeline);
-    let sources = if include.contains(&Section::Sources) {
-        let sources = source::Entity::find()
-            .filter(source::Column::OrganizationId.eq(org))
-            .filter(source::Column::CustomerId.eq(&c.id));
-        let kept = KeptTotal::sources_of(&c.id);
-        Some(
-            first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
-                q.order_by(source::Column::OccurredAt, Order::Desc)
-                    .order_by(source::Column::Id, Order::Desc)
-            })
-            .await?,
-        )
-    } else {
-        None
-    };
     if include.contains(&Section::Users) {
         let users = user::Entity::find()
             .filter(user::Column::OrganizationId.eq(org))
@@ -137,36 +104,36 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         obj.insert("users".into(), rows.iter().map(records::user).collect());
         total("users", count);
     }
-    if let Some((rows, count)) = &revenue {
+    if include.contains(&Section::Revenue) {
+        let changes = billing_change::Entity::find()
+            .filter(billing_change::Column::OrganizationId.eq(org))
+            .filter(billing_change::Column::CustomerId.eq(&c.id));
+        let counted = PageTotal::Counted(changes.clone());
+        let (mut rows, count) =
+            first_and_total(db, changes, counted, SECTION_REVENUE_HISTORY, |q| {
+                q.order_by(billing_change::Column::At, Order::Desc)
+                    .order_by(billing_change::Column::Id, Order::Desc)
+            })
+            .await?;
+        rows.reverse();
         let history: Vec<Value> = rows
             .iter()
-            .rev()
             .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status.as_str(), "mrrCents": b.mrr_cents }))
             .collect();
         obj.insert(
             "revenue".into(),
             json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status.as_str(), "history": history }),
         );
-        total("revenue", *count);
+        total("revenue", count);
     }
-    if with_timeline {
+    if include.contains(&Section::RecentTimeline) {
         let window = Window {
             customer_id: &c.id,
             from: Some(Utc::now() - timeframe),
             before: None,
             channels: Channels::ALL,
         };
-        let ahead = timeline::Ahead {
-            billing: revenue.as_ref().map(|(rows, _)| timeline::Newest {
-                rows,
-                asked: SECTION_REVENUE_HISTORY,
-            }),
-            sources: sources.as_ref().map(|(rows, _)| timeline::Newest {
-                rows,
-                asked: SECTION_SOURCES,
-            }),
-        };
-        let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true, &ahead).await?;
+        let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true).await?;
         let count = read.total(ctx, &window).await?;
         obj.insert(
             "recentTimeline".into(),
@@ -188,12 +155,22 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         obj.insert("facts".into(), rows.iter().map(records::fact).collect());
         total("facts", count);
     }
-    if let Some((rows, count)) = &sources {
+    if include.contains(&Section::Sources) {
+        let sources = source::Entity::find()
+            .filter(source::Column::OrganizationId.eq(org))
+            .filter(source::Column::CustomerId.eq(&c.id));
+        let kept = KeptTotal::sources_of(&c.id);
+        let (rows, count) =
+            first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
+                q.order_by(source::Column::OccurredAt, Order::Desc)
+                    .order_by(source::Column::Id, Order::Desc)
+            })
+            .await?;
         obj.insert(
             "sources".into(),
             rows.iter().map(records::source_item).collect(),
         );
-        total("sources", *count);
+        total("sources", count);
     }
     if !include.is_empty() {
         obj.insert("includeTotals".into(), Value::Object(totals));

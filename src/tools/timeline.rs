@@ -168,64 +168,16 @@ impl Read {
     }
 }
 
-/// A channel's newest rows read already (newest first, bounded by nothing but the customer),
-/// and how many were asked for. `svc_get_customer` reads its revenue history and its sources
-/// so; its latest timeline takes those channels from them instead of reading them again.
-pub struct Newest<'a, M> {
-    pub rows: &'a [M],
-    pub asked: u64,
-}
-
-/// The channels of a latest timeline read already.
-pub struct Ahead<'a> {
-    pub billing: Option<Newest<'a, billing_change::Model>>,
-    pub sources: Option<Newest<'a, source::Model>>,
-}
-
-impl Ahead<'_> {
-    pub const NONE: Ahead<'static> = Ahead {
-        billing: None,
-        sources: None,
-    };
-}
-
-/// The latest `n` rows of the window among `newest`, when those are what a read of them would
-/// give: `None` when the window has an end, when a row of them is not the channel's
-/// (`belongs`), or when the window may hold rows past them (every row read is within it, there
-/// may be more, and fewer than `n` were asked for).
-fn latest_ahead<M: Clone>(
-    newest: Option<&Newest<M>>,
-    w: &Window,
-    n: u64,
-    at: impl Fn(&M) -> DateTime<Utc>,
-    belongs: impl Fn(&M) -> bool,
-) -> Option<Vec<M>> {
-    let Newest { rows, asked } = newest.filter(|_| w.before.is_none())?;
-    let within = rows
-        .iter()
-        .take_while(|r| w.from.is_none_or(|from| at(r) >= from))
-        .count();
-    let all_of_window = within < rows.len() || (rows.len() as u64) < *asked;
-    if !all_of_window && *asked < n {
-        return None;
-    }
-    let latest: Vec<M> = rows[..within].iter().take(n as usize).cloned().collect();
-    latest.iter().all(belongs).then_some(latest)
-}
-
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
-/// latest `n`, still returned oldest first. Channels `ahead` holds (for the latest entries
-/// only) are taken from it.
+/// latest `n`, still returned oldest first.
 pub async fn read(
     ctx: &ToolContext,
     w: &Window<'_>,
     start: Option<&Position>,
     n: u64,
     newest_first: bool,
-    ahead: &Ahead<'_>,
 ) -> ToolResult<Read> {
     let db = ctx.db().await?;
-    let latest = start.is_none() && newest_first;
     // Whether every channel read came back short of `n` rows, from the window's start.
     let mut whole = start.is_none();
     let mut short = |rows: usize| whole &= (rows as u64) < n;
@@ -260,26 +212,21 @@ pub async fn read(
         }));
     }
     if w.channels.billing {
-        let ahead = ahead.billing.as_ref().filter(|_| latest);
-        let rows = match latest_ahead(ahead, w, n, |b| b.at, |_| true) {
-            Some(rows) => rows,
-            None => {
-                let mut q = billing_change::Entity::find().filter(billing_filter(ctx, w));
-                if let Some(pos) = start {
-                    q = q.filter(after(
-                        billing_change::Column::At,
-                        billing_change::Column::Id,
-                        RANK_BILLING,
-                        pos,
-                    ));
-                }
-                q.order_by(billing_change::Column::At, order.clone())
-                    .order_by(billing_change::Column::Id, order.clone())
-                    .limit(n)
-                    .all(db)
-                    .await?
-            }
-        };
+        let mut q = billing_change::Entity::find().filter(billing_filter(ctx, w));
+        if let Some(pos) = start {
+            q = q.filter(after(
+                billing_change::Column::At,
+                billing_change::Column::Id,
+                RANK_BILLING,
+                pos,
+            ));
+        }
+        let rows = q
+            .order_by(billing_change::Column::At, order.clone())
+            .order_by(billing_change::Column::Id, order.clone())
+            .limit(n)
+            .all(db)
+            .await?;
         short(rows.len());
         entries.extend(rows.iter().map(|b| Entry {
             at: b.at,
@@ -290,27 +237,21 @@ pub async fn read(
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
-        let ahead = ahead.sources.as_ref().filter(|_| latest);
-        let of_types = |s: &source::Model| types.contains(&s.source_type.as_str());
-        let rows = match latest_ahead(ahead, w, n, |s| s.occurred_at, of_types) {
-            Some(rows) => rows,
-            None => {
-                let mut q = source::Entity::find().filter(source_filter(ctx, w, &types));
-                if let Some(pos) = start {
-                    q = q.filter(after(
-                        source::Column::OccurredAt,
-                        source::Column::Id,
-                        RANK_SOURCE,
-                        pos,
-                    ));
-                }
-                q.order_by(source::Column::OccurredAt, order.clone())
-                    .order_by(source::Column::Id, order.clone())
-                    .limit(n)
-                    .all(db)
-                    .await?
-            }
-        };
+        let mut q = source::Entity::find().filter(source_filter(ctx, w, &types));
+        if let Some(pos) = start {
+            q = q.filter(after(
+                source::Column::OccurredAt,
+                source::Column::Id,
+                RANK_SOURCE,
+                pos,
+            ));
+        }
+        let rows = q
+            .order_by(source::Column::OccurredAt, order.clone())
+            .order_by(source::Column::Id, order.clone())
+            .limit(n)
+            .all(db)
+            .await?;
         short(rows.len());
         entries.extend(rows.iter().map(|s| Entry {
             at: s.occurred_at,

@@ -315,9 +315,8 @@ async fn list_total(app: &TestApp, key: &str, name: &str, input: Value) -> Value
     r.body["pagination"]["total"].clone()
 }
 
-/// `svc_get_customer`'s `recentTimeline` with every include (its billing and source entries
-/// taken from the revenue and sources sections' rows) is the one it reads alone, and so is its
-/// total.
+/// `svc_get_customer`'s `recentTimeline` with every include is the one it reads alone, and so
+/// is its total.
 async fn assert_same_latest_timeline(app: &TestApp, key: &str, customer: &str, timeframe: &str) {
     let every = ["users", "revenue", "recentTimeline", "facts", "sources"];
     let mut sections = Vec::new();
