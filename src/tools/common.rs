@@ -350,9 +350,14 @@ impl<E: EntityTrait> PageTotal<E> {
         matching: sea_orm::Select<E>,
     ) -> Self {
         match kept {
-            Some(kept) => Self::Kept(super::record_counts::total_expr(organization_id, &kept)),
+            Some(kept) => Self::kept(organization_id, &kept),
             None => Self::Counted(matching),
         }
+    }
+
+    /// The organization's `kept` total.
+    pub fn kept(organization_id: &str, kept: &super::record_counts::KeptTotal) -> Self {
+        Self::Kept(super::record_counts::total_expr(organization_id, kept))
     }
 }
 

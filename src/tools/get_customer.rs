@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     common::{first_page, parse_duration, resolve_customer, ts, PageTotal, Total},
-    record_counts::{self, KeptTotal},
+    record_counts::KeptTotal,
     records,
     timeline::{self, Channels, Window},
     ToolContext, ToolError, ToolResult,
@@ -92,15 +92,16 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(user::Column::OrganizationId.eq(org))
             .filter(user::Column::CustomerId.eq(&c.id));
         let kept = KeptTotal::users_of(&c.id);
-        let (rows, count) = first_and_total(db, users, kept_total(org, kept), SECTION_USERS, |q| {
-            q.order_by_with_nulls(
-                user::Column::LastActivityAt,
-                Order::Desc,
-                NullOrdering::Last,
-            )
-            .order_by(user::Column::Id, Order::Desc)
-        })
-        .await?;
+        let (rows, count) =
+            first_and_total(db, users, PageTotal::kept(org, &kept), SECTION_USERS, |q| {
+                q.order_by_with_nulls(
+                    user::Column::LastActivityAt,
+                    Order::Desc,
+                    NullOrdering::Last,
+                )
+                .order_by(user::Column::Id, Order::Desc)
+            })
+            .await?;
         obj.insert("users".into(), rows.iter().map(records::user).collect());
         total("users", count);
     }
@@ -147,11 +148,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(fact::Column::CustomerId.eq(&c.id))
             .filter(fact::Column::Status.eq(FactStatus::Active));
         let kept = KeptTotal::facts_of(&c.id, &[FactStatus::Active]);
-        let (rows, count) = first_and_total(db, facts, kept_total(org, kept), SECTION_FACTS, |q| {
-            q.order_by(fact::Column::SourceOccurredAt, Order::Desc)
-                .order_by(fact::Column::Id, Order::Desc)
-        })
-        .await?;
+        let (rows, count) =
+            first_and_total(db, facts, PageTotal::kept(org, &kept), SECTION_FACTS, |q| {
+                q.order_by(fact::Column::SourceOccurredAt, Order::Desc)
+                    .order_by(fact::Column::Id, Order::Desc)
+            })
+            .await?;
         obj.insert("facts".into(), rows.iter().map(records::fact).collect());
         total("facts", count);
     }
@@ -160,12 +162,17 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(source::Column::OrganizationId.eq(org))
             .filter(source::Column::CustomerId.eq(&c.id));
         let kept = KeptTotal::sources_of(&c.id);
-        let (rows, count) =
-            first_and_total(db, sources, kept_total(org, kept), SECTION_SOURCES, |q| {
+        let (rows, count) = first_and_total(
+            db,
+            sources,
+            PageTotal::kept(org, &kept),
+            SECTION_SOURCES,
+            |q| {
                 q.order_by(source::Column::OccurredAt, Order::Desc)
                     .order_by(source::Column::Id, Order::Desc)
-            })
-            .await?;
+            },
+        )
+        .await?;
         obj.insert(
             "sources".into(),
             rows.iter().map(records::source_item).collect(),
@@ -177,11 +184,6 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         obj.insert("includeTotalsExact".into(), Value::Object(exact));
     }
     Ok(out)
-}
-
-/// A section's kept total: exact however many rows it has.
-fn kept_total<E: EntityTrait>(org: &str, kept: KeptTotal) -> PageTotal<E> {
-    PageTotal::Kept(record_counts::total_expr(org, &kept))
 }
 
 /// A section's first `limit` rows of those `matching` selects, in the order `order` gives, and

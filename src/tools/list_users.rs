@@ -103,11 +103,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     }
     // Filtered by nothing but the counted column (and traits): a total may be known without
     // counting the list.
-    let no_other_filter = input.active_within.is_none()
+    let unbounded = input.active_within.is_none()
         && input.inactive_for.is_none()
-        && input.customer.is_none()
         && input.email.is_none()
         && input.name.is_none();
+    let no_other_filter = unbounded && input.customer.is_none();
     let trait_alone = no_other_filter && input.stage.is_none();
     let traits = rare_trait_candidates(ctx, "users", &input.traits, trait_alone).await?;
     let mut residuals = Residuals::of_traits(ctx, "users", &input.traits, &traits)?;
@@ -140,12 +140,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             buckets: input.stage.map(|b| vec![b.as_str().to_string()]),
         })
     });
-    let customer_alone = input.active_within.is_none()
-        && input.inactive_for.is_none()
-        && input.email.is_none()
-        && input.name.is_none()
-        && input.stage.is_none()
-        && no_traits;
+    let customer_alone = unbounded && input.stage.is_none() && no_traits;
     let kept = kept.or_else(|| {
         let id = customer_id.as_deref().filter(|_| customer_alone)?;
         Some(KnownTotal::Kept(KeptTotal::users_of(id)))
