@@ -40,6 +40,7 @@ mod m20261129_010000_name_trigrams_short_pending_list;
 mod m20261129_020000_ingest_tables_keep_their_pages;
 mod m20261129_030000_published_window_runs;
 mod m20261129_040000_counts_per_customer;
+mod m20261130_010000_customer_traits_by_organization;
 mod postgres_only;
 
 pub struct Migrator;
@@ -86,6 +87,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_020000_ingest_tables_keep_their_pages::Migration),
             Box::new(m20261129_030000_published_window_runs::Migration),
             Box::new(m20261129_040000_counts_per_customer::Migration),
+            Box::new(m20261130_010000_customer_traits_by_organization::Migration),
         ]
     }
 }

@@ -821,9 +821,9 @@ pub async fn rare_trait_candidates(
     let pairs: Vec<(&String, &Value)> = traits.iter().flat_map(|m| m.iter()).collect();
     // One trait value as the list's only filter takes its exact total from the kept counts.
     let alone = only_filter && pairs.len() == 1;
-    let indexed: Vec<(&String, String)> = pairs
+    let indexed: Vec<(&String, String, &Value)> = pairs
         .into_iter()
-        .filter_map(|(key, value)| Some((key, indexed_trait_value(value)?)))
+        .filter_map(|(key, value)| Some((key, indexed_trait_value(value)?, value)))
         .collect();
     let counts = super::record_counts::trait_value_counts(
         db,
@@ -831,21 +831,24 @@ pub async fn rare_trait_candidates(
         table,
         indexed
             .iter()
-            .map(|(key, value)| (key.as_str(), value.as_str())),
+            .map(|(key, value, _)| (key.as_str(), value.as_str())),
     )
     .await?;
-    let mut rarest: Option<(u64, String, String)> = None;
+    let mut rarest: Option<(u64, String, String, &Value)> = None;
     let mut counted_alone = None;
-    for ((key, indexed), n) in indexed.into_iter().zip(counts) {
+    for ((key, indexed, value), n) in indexed.into_iter().zip(counts) {
         if alone {
             counted_alone = Some(Total::exact(n));
         }
-        if n <= RARE_TRAIT_RECORDS && rarest.as_ref().is_none_or(|(m, _, _)| n < *m) {
-            rarest = Some((n, key.clone(), indexed));
+        if n <= RARE_TRAIT_RECORDS && rarest.as_ref().is_none_or(|(m, ..)| n < *m) {
+            rarest = Some((n, key.clone(), indexed, value));
         }
     }
-    let rarest_key = rarest.as_ref().map(|(_, key, _)| key.clone());
-    let candidates = rarest.map(|(_, key, indexed)| {
+    let rarest_key = rarest.as_ref().map(|(_, key, ..)| key.clone());
+    let candidates = rarest.map(|(_, key, indexed, value)| {
+        if backend == DbBackend::Postgres && table == "customers" {
+            return customers_with_trait(&ctx.organization_id, key, value);
+        }
         let sql = format!(
             "\"{table}\".\"id\" IN (SELECT record_id FROM trait_values WHERE organization_id = ? \
              AND record = ? AND trait_key = ? AND trait_value = ?)"
@@ -860,6 +863,24 @@ pub async fn rare_trait_candidates(
         candidates,
         counted_alone,
     })
+}
+
+/// PostgreSQL: the organization's customers whose trait `key` is `value` (a string or a
+/// boolean), as the GIN index `ix_customers_org_traits` serves it: a bitmap of their rows,
+/// read a page each, where the trait index's ids cost a probe of the primary key each (four
+/// pages). For such values, containment at the top level is equality, so these are exactly
+/// the customers the trait index holds for it.
+fn customers_with_trait(organization_id: &str, key: String, value: &Value) -> SimpleExpr {
+    let mut traits = Map::new();
+    traits.insert(key, value.clone());
+    let mut wanted = Map::new();
+    wanted.insert(organization_id.to_string(), Value::Object(traits));
+    // The index's expression, written as its migration writes it, for the planner to match.
+    Expr::cust_with_values(
+        "jsonb_set(CAST('{}' AS jsonb), ARRAY[CAST(\"customers\".\"organization_id\" AS text)], \
+         \"customers\".\"traits\") @> CAST($1 AS jsonb)",
+        [Value::Object(wanted).to_string()],
+    )
 }
 
 /// What the trait index says about a `traits` filter.

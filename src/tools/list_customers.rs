@@ -65,9 +65,11 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let req = ListRequest::new(input.limit, &input.cursor)?;
     check_fields(&input.fields, CUSTOMER_FIELDS)?;
     let now = Utc::now();
-    let mut filter = Condition::all().add(Column::OrganizationId.eq(&ctx.organization_id));
+    // The conditions an index serves beside the organization's: a rare trait's candidates name
+    // the organization themselves.
+    let mut beside_organization = Condition::all();
     if let Some(status) = input.billing_status {
-        filter = filter.add(Column::BillingStatus.eq(status));
+        beside_organization = beside_organization.add(Column::BillingStatus.eq(status));
     }
     let mut range = ActivityRange::default();
     if let Some(raw) = &input.active_within {
@@ -97,10 +99,13 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         NamesOf::Customers,
         Column::Name,
         name,
-        &mut filter,
+        &mut beside_organization,
         &mut residuals,
     )
     .await?;
+    let mut filter = Condition::all()
+        .add(Column::OrganizationId.eq(&ctx.organization_id))
+        .add(beside_organization.clone());
     // Few matches (a rare trait value, a narrow revenue range, a name the name index finds in
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.
@@ -152,10 +157,14 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         _ => false,
     };
     let few = (rare_trait.is_some() || narrow_revenue || named).then(|| {
-        let mut served = filter.clone();
-        if let Some(candidates) = rare_trait {
-            served = served.add(candidates);
-        }
+        // Without the plain organization condition beside a rare trait's candidates: on
+        // PostgreSQL they come from a GIN index keyed by organization, and a prepared
+        // statement's generic plan would otherwise AND in a bitmap of every customer of the
+        // organization (90-190 ms at a million, against 4 ms).
+        let mut served = match rare_trait {
+            Some(candidates) => beside_organization.clone().add(candidates),
+            None => filter.clone(),
+        };
         if let Some(revenue) = &revenue {
             served = served.add(revenue.indexed());
         }
