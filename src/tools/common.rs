@@ -871,15 +871,11 @@ pub async fn rare_trait_candidates(
 /// pages). For such values, containment at the top level is equality, so these are exactly
 /// the customers the trait index holds for it.
 fn customers_with_trait(organization_id: &str, key: String, value: &Value) -> SimpleExpr {
-    let mut traits = Map::new();
-    traits.insert(key, value.clone());
-    let mut wanted = Map::new();
-    wanted.insert(organization_id.to_string(), Value::Object(traits));
     // The index's expression, written as its migration writes it, for the planner to match.
     Expr::cust_with_values(
         "jsonb_set(CAST('{}' AS jsonb), ARRAY[CAST(\"customers\".\"organization_id\" AS text)], \
          \"customers\".\"traits\") @> CAST($1 AS jsonb)",
-        [Value::Object(wanted).to_string()],
+        [json!({ organization_id: { key: value } }).to_string()],
     )
 }
 
