@@ -374,7 +374,7 @@ where
     E: EntityTrait,
     C: sea_orm::ConnectionTrait,
 {
-    use sea_orm::{FromQueryResult, QuerySelect, QueryTrait};
+    use sea_orm::{QuerySelect, QueryTrait};
     const TOTAL: &str = "counted_total";
     let (total, kept) = match total {
         PageTotal::Counted(matching) => (count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1), false),
@@ -384,13 +384,7 @@ where
     let rows = db
         .query_all_raw(db.get_database_backend().build(&page.into_query()))
         .await?;
-    let mut counted = 0;
-    let mut models = Vec::with_capacity(rows.len());
-    for row in &rows {
-        counted = row.try_get::<i64>("", TOTAL)?;
-        models.push(E::Model::from_query_result(row, "")?);
-    }
-    let counted = u64::try_from(counted).unwrap_or(0);
+    let (models, counted) = models_and_count::<E>(&rows, TOTAL)?;
     Ok((
         models,
         if kept {
@@ -399,6 +393,22 @@ where
             Total::capped(counted)
         },
     ))
+}
+
+/// The models of a page's `rows` and the count each of them carries in the column `count` (0
+/// without rows): a page and its total read in one statement.
+pub fn models_and_count<E: EntityTrait>(
+    rows: &[sea_orm::QueryResult],
+    count: &str,
+) -> Result<(Vec<E::Model>, u64), sea_orm::DbErr> {
+    use sea_orm::FromQueryResult;
+    let mut counted = 0;
+    let mut models = Vec::with_capacity(rows.len());
+    for row in rows {
+        counted = row.try_get::<i64>("", count)?;
+        models.push(E::Model::from_query_result(row, "")?);
+    }
+    Ok((models, u64::try_from(counted).unwrap_or(0)))
 }
 
 /// A page's rows (`page`: the list's rows after the cursor, ordered and limited) and the

@@ -19,12 +19,12 @@ use std::{cmp::Ordering, collections::HashMap};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::{Alias, Asterisk, Expr, NullOrdering, Query, SimpleExpr},
-    ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, FromQueryResult, ModelTrait,
-    Order, QueryFilter, QuerySelect, QueryTrait,
+    ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, ModelTrait, Order,
+    QueryFilter, QuerySelect, QueryTrait,
 };
 
 use super::{
-    common::{CountedResidual, ListRequest, Total},
+    common::{models_and_count, CountedResidual, ListRequest, Total},
     ToolContext, ToolError, ToolResult,
 };
 
@@ -197,15 +197,10 @@ where
     let rows = db
         .query_all_raw(db.get_database_backend().build(&page))
         .await?;
-    let mut matches = 0;
-    let mut models = Vec::with_capacity(rows.len());
-    for row in &rows {
-        matches = row.try_get::<i64>("", MATCHES)?;
-        models.push(E::Model::from_query_result(row, "")?);
-    }
+    let (models, matches) = models_and_count::<E>(&rows, MATCHES)?;
     let total = match &req.cursor {
         Some(c) => c.total(),
-        None => Total::exact(u64::try_from(matches).unwrap_or(0)),
+        None => Total::exact(matches),
     };
     Ok((models, total))
 }
