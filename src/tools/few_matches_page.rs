@@ -18,7 +18,7 @@ use std::{cmp::Ordering, collections::HashMap};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    sea_query::{Alias, Asterisk, Expr, NullOrdering, Query, SimpleExpr},
+    sea_query::{Alias, Asterisk, Expr, ExprTrait, NullOrdering, Query, SimpleExpr},
     ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, ModelTrait, Order,
     QueryFilter, QuerySelect, QueryTrait,
 };
@@ -172,13 +172,12 @@ where
         let last_id = c.text(1)?;
         // After the cursor in `activity DESC NULLS LAST, id DESC`; checked on the few matches,
         // so an `OR` that no index range serves costs nothing.
+        // The same row comparison as the activity walk's later pages (`split_page`).
         page = page.filter(match c.time(0)? {
             Some(t) => Condition::any()
-                .add(activity.lt(t))
                 .add(
-                    Condition::all()
-                        .add(activity.eq(t))
-                        .add(id.lt(last_id.clone())),
+                    Expr::tuple([activity.into_expr(), id.into_expr()])
+                        .lt(Expr::tuple([Expr::val(t), Expr::val(last_id)])),
                 )
                 .add(activity.is_null()),
             None => Condition::all().add(activity.is_null()).add(id.lt(last_id)),
