@@ -3,7 +3,7 @@
 
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 
-use crate::crypto::ApiKeyHash;
+use crate::{crypto::ApiKeyHash, db::Reads};
 
 pub const SCOPE_READ: &str = "read";
 pub const SCOPE_WRITE: &str = "write";
@@ -40,13 +40,22 @@ pub enum AuthError {
 
 /// Resolves a presented key to its organization.
 pub async fn authenticate(db: &DatabaseConnection, key: &str) -> Result<AuthContext, AuthError> {
+    authenticate_reading(db, key).await.map(|(auth, _)| auth)
+}
+
+/// [`authenticate`], answering also the read connection it looked the key up on, for the
+/// request's own reads (a tool call's), so that a request takes one.
+pub async fn authenticate_reading(
+    db: &DatabaseConnection,
+    key: &str,
+) -> Result<(AuthContext, Reads), AuthError> {
     let key = key.trim();
     if !key.starts_with("ok_") {
         return Err(AuthError::Malformed);
     }
     let hash = ApiKeyHash::of(key);
     // Every request passes here: read on a read connection (on SQLite, no thread hand-off).
-    let reads = crate::db::Reads::open(db).await?;
+    let reads = Reads::open(db).await?;
     let row = entity::api_key::Entity::find()
         .filter(entity::api_key::Column::KeyHash.eq(hash.0))
         .one(&reads)
@@ -55,7 +64,7 @@ pub async fn authenticate(db: &DatabaseConnection, key: &str) -> Result<AuthCont
     if row.disabled {
         return Err(AuthError::Disabled);
     }
-    Ok(AuthContext {
+    let auth = AuthContext {
         organization_id: row.organization_id,
         key_id: row.id,
         created_by_id: row.created_by_id,
@@ -64,5 +73,6 @@ pub async fn authenticate(db: &DatabaseConnection, key: &str) -> Result<AuthCont
             .split(',')
             .map(|s| s.trim().to_string())
             .collect(),
-    })
+    };
+    Ok((auth, reads))
 }

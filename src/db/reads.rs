@@ -9,8 +9,14 @@
 //! milliseconds of CPU on pages mostly in memory, so running it where the call already runs
 //! costs less than handing it to another thread and waiting for the answer.
 //!
-//! On PostgreSQL (and an in-memory SQLite database, which another connection cannot open),
-//! [`Reads`] is the service's pool.
+//! On PostgreSQL the call holds one connection of the service's pool ([`PostgresReads`]) and
+//! runs its statements on it. Why not a connection per statement, as sea-orm's pool does: sqlx
+//! tests a pooled connection with a round trip when it is taken and again when it is given
+//! back, so each statement cost three round trips (with their wake-ups, and TLS records) where
+//! one does the work; a call holding its connection pays the return's once.
+//!
+//! An in-memory SQLite database (which another connection cannot open) reads through the
+//! service's pool.
 //!
 //! Rows come back as sea-orm [`QueryResult`]s, so the tools' sea-orm queries run unchanged.
 //! Each value is typed by its column's declared type (the types sea-orm's migrations write:
@@ -33,11 +39,16 @@ use rusqlite::{
     OpenFlags,
 };
 use sea_orm::{
-    sea_query::Value, sqlx::sqlite::SqliteConnectOptions, ConnectionTrait, DatabaseConnection,
-    DbBackend, DbErr, ExecResult, MockDatabase, MockDatabaseTrait, QueryResult, RuntimeErr,
-    Statement,
+    sea_query::Value,
+    sqlx::{
+        pool::PoolConnection, postgres::PgConnectOptions, sqlite::SqliteConnectOptions, Postgres,
+    },
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, MockDatabase,
+    MockDatabaseTrait, QueryResult, RuntimeErr, Statement,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::write_txn;
 
 /// Read connections open at once per database file: a call holds one for its length, so this
 /// bounds the calls reading at once (more wait for one).
@@ -53,6 +64,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum Reads {
     /// A rusqlite connection to the SQLite file, held by this call.
     Sqlite(ReadConnection),
+    /// A connection of the PostgreSQL pool, held by this call.
+    Postgres(PostgresReads),
     /// The service's pool (PostgreSQL, in-memory SQLite).
     Pool(DatabaseConnection),
 }
@@ -67,14 +80,25 @@ impl Reads {
     ) -> Result<(), DbErr> {
         match SqliteReads::of(db).await? {
             Some(reads) => *lock(&reads.observer) = Some(observer),
-            None => db.set_metric_callback(move |info| observer(info.statement)),
+            None => {
+                if db.get_database_backend() == DbBackend::Postgres {
+                    PostgresReads::observe(db, observer.clone());
+                }
+                db.set_metric_callback(move |info| observer(info.statement))
+            }
         }
         Ok(())
     }
 
     /// A connection for one call's reads of `db`.
     pub async fn open(db: &DatabaseConnection) -> Result<Self, DbErr> {
-        if pool_only() {
+        if db.get_database_backend() == DbBackend::Postgres {
+            if pool_only("CUSTINTEL_POSTGRES_READS") {
+                return Ok(Reads::Pool(db.clone()));
+            }
+            return Ok(Reads::Postgres(PostgresReads::acquire(db).await?));
+        }
+        if pool_only("CUSTINTEL_SQLITE_READS") {
             return Ok(Reads::Pool(db.clone()));
         }
         match SqliteReads::of(db).await? {
@@ -84,13 +108,63 @@ impl Reads {
     }
 }
 
-/// `CUSTINTEL_SQLITE_READS=pool` sends the tools' reads through the service's pool on SQLite
-/// too, as before read connections existed: to compare the two (`bench tools`).
-fn pool_only() -> bool {
-    static POOL_ONLY: OnceLock<bool> = OnceLock::new();
-    *POOL_ONLY.get_or_init(|| {
-        std::env::var("CUSTINTEL_SQLITE_READS").is_ok_and(|v| v.eq_ignore_ascii_case("pool"))
-    })
+/// `CUSTINTEL_SQLITE_READS=pool` (or `CUSTINTEL_POSTGRES_READS=pool`) sends the tools' reads
+/// through the service's pool, a connection per statement, as before a call held its own: to
+/// compare the two (`bench tools`). Read once per variable.
+fn pool_only(variable: &'static str) -> bool {
+    static SET: OnceLock<Mutex<Vec<(&'static str, bool)>>> = OnceLock::new();
+    let mut set = lock(SET.get_or_init(Default::default));
+    if let Some((_, on)) = set.iter().find(|(name, _)| *name == variable) {
+        return *on;
+    }
+    let on = std::env::var(variable).is_ok_and(|v| v.eq_ignore_ascii_case("pool"));
+    set.push((variable, on));
+    on
+}
+
+/// A connection of the PostgreSQL pool held by one call; back to the pool when dropped.
+pub struct PostgresReads {
+    conn: tokio::sync::Mutex<PoolConnection<Postgres>>,
+    /// The pool's observer when the connection was taken.
+    observer: Option<StatementObserver>,
+}
+
+/// The observers of PostgreSQL pools, each found by its pool's own options (as [`Opened`]).
+type PostgresObservers = Mutex<Vec<(Arc<PgConnectOptions>, StatementObserver)>>;
+
+fn postgres_observers() -> &'static PostgresObservers {
+    static OBSERVERS: OnceLock<PostgresObservers> = OnceLock::new();
+    OBSERVERS.get_or_init(Default::default)
+}
+
+impl PostgresReads {
+    async fn acquire(db: &DatabaseConnection) -> Result<Self, DbErr> {
+        let pool = db.get_postgres_connection_pool();
+        let conn = pool.acquire().await.map_err(write_txn::acquire_err)?;
+        let options = pool.connect_options();
+        let observer = lock(postgres_observers())
+            .iter()
+            .find(|(o, _)| Arc::ptr_eq(o, &options))
+            .map(|(_, observer)| observer.clone());
+        Ok(Self {
+            conn: tokio::sync::Mutex::new(conn),
+            observer,
+        })
+    }
+
+    fn observe(db: &DatabaseConnection, observer: StatementObserver) {
+        let options = db.get_postgres_connection_pool().connect_options();
+        let mut observers = lock(postgres_observers());
+        // The observers of pools since dropped (a test's database) go.
+        observers.retain(|(o, _)| Arc::strong_count(o) > 1 && !Arc::ptr_eq(o, &options));
+        observers.push((options, observer));
+    }
+
+    fn seen(&self, stmt: &Statement) {
+        if let Some(observe) = &self.observer {
+            observe(stmt);
+        }
+    }
 }
 
 /// The read connections of one SQLite file, opened as calls need them and kept for the next.
@@ -432,17 +506,28 @@ impl ConnectionTrait for Reads {
     fn get_database_backend(&self) -> DbBackend {
         match self {
             Reads::Sqlite(_) => DbBackend::Sqlite,
+            Reads::Postgres(_) => DbBackend::Postgres,
             Reads::Pool(db) => db.get_database_backend(),
         }
     }
 
-    /// Reads only: a tool that writes writes through the service's pool.
+    /// Reads only on SQLite: a tool that writes writes through the service's pool. On
+    /// PostgreSQL a call's own bookkeeping (its count toward the plan's allowance) writes here.
     async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
         match self {
             Reads::Sqlite(_) => Err(DbErr::Custom(format!(
                 "a write on a tool call's read connection: {}",
                 stmt.sql
             ))),
+            Reads::Postgres(held) => {
+                held.seen(&stmt);
+                let mut conn = held.conn.lock().await;
+                write_txn::sqlx_query::<Postgres>(stmt)
+                    .execute(&mut **conn)
+                    .await
+                    .map(Into::into)
+                    .map_err(write_txn::exec_err)
+            }
             Reads::Pool(db) => db.execute_raw(stmt).await,
         }
     }
@@ -452,6 +537,15 @@ impl ConnectionTrait for Reads {
             Reads::Sqlite(_) => Err(DbErr::Custom(format!(
                 "a write on a tool call's read connection: {sql}"
             ))),
+            Reads::Postgres(held) => {
+                use sea_orm::sqlx::Executor;
+                let mut conn = held.conn.lock().await;
+                (&mut **conn)
+                    .execute(sea_orm::sqlx::AssertSqlSafe(sql.to_owned()))
+                    .await
+                    .map(Into::into)
+                    .map_err(write_txn::exec_err)
+            }
             Reads::Pool(db) => db.execute_unprepared(sql).await,
         }
     }
@@ -459,6 +553,15 @@ impl ConnectionTrait for Reads {
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         match self {
             Reads::Sqlite(conn) => Ok(conn.rows(stmt, Some(1))?.into_iter().next()),
+            Reads::Postgres(held) => {
+                held.seen(&stmt);
+                let mut conn = held.conn.lock().await;
+                write_txn::sqlx_query::<Postgres>(stmt)
+                    .fetch_optional(&mut **conn)
+                    .await
+                    .map(|row| row.map(Into::into))
+                    .map_err(write_txn::query_err)
+            }
             Reads::Pool(db) => db.query_one_raw(stmt).await,
         }
     }
@@ -466,6 +569,15 @@ impl ConnectionTrait for Reads {
     async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
         match self {
             Reads::Sqlite(conn) => conn.rows(stmt, None),
+            Reads::Postgres(held) => {
+                held.seen(&stmt);
+                let mut conn = held.conn.lock().await;
+                write_txn::sqlx_query::<Postgres>(stmt)
+                    .fetch_all(&mut **conn)
+                    .await
+                    .map(|rows| rows.into_iter().map(Into::into).collect())
+                    .map_err(write_txn::query_err)
+            }
             Reads::Pool(db) => db.query_all_raw(stmt).await,
         }
     }

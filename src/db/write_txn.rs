@@ -44,13 +44,7 @@ impl<DB: Database> WriteTxn<DB> {
 fn begun<DB: Database>(
     txn: Result<sqlx::Transaction<'static, DB>, sqlx::Error>,
 ) -> Result<WriteTxn<DB>, DbErr> {
-    let txn = txn.map_err(|e| match e {
-        sqlx::Error::PoolTimedOut => DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout),
-        sqlx::Error::PoolClosed => {
-            DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::ConnectionClosed)
-        }
-        other => exec_err(other),
-    })?;
+    let txn = txn.map_err(acquire_err)?;
     Ok(WriteTxn {
         txn: Mutex::new(txn),
     })
@@ -109,11 +103,22 @@ impl WriteTxn<Postgres> {
     }
 }
 
-fn exec_err(e: sqlx::Error) -> DbErr {
+/// A connection not had from the pool: timed out or closed as sea-orm says it, else why.
+pub(super) fn acquire_err(e: sqlx::Error) -> DbErr {
+    match e {
+        sqlx::Error::PoolTimedOut => DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout),
+        sqlx::Error::PoolClosed => {
+            DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::ConnectionClosed)
+        }
+        other => exec_err(other),
+    }
+}
+
+pub(super) fn exec_err(e: sqlx::Error) -> DbErr {
     DbErr::Exec(RuntimeErr::SqlxError(Arc::new(e)))
 }
 
-fn query_err(e: sqlx::Error) -> DbErr {
+pub(super) fn query_err(e: sqlx::Error) -> DbErr {
     DbErr::Query(RuntimeErr::SqlxError(Arc::new(e)))
 }
 
@@ -122,7 +127,9 @@ fn raw_err(e: rusqlite::Error) -> DbErr {
 }
 
 /// The statement as sqlx runs it, its values moved in.
-fn sqlx_query<DB: Database>(stmt: Statement) -> sqlx::query::Query<'static, DB, SqlxValues>
+pub(super) fn sqlx_query<DB: Database>(
+    stmt: Statement,
+) -> sqlx::query::Query<'static, DB, SqlxValues>
 where
     SqlxValues: for<'q> sqlx::IntoArguments<DB>,
 {

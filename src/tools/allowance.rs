@@ -52,8 +52,10 @@ pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
         // lock is held until the commit returns, so with the flush inside it the
         // organization's concurrent calls took turns at the disk's pace. A crash of the server
         // may forget the last fraction of a second of counts; it never counts a call twice,
-        // and every other write keeps its durable commit.
-        usage
+        // and every other write keeps its durable commit. It runs on the call's own
+        // connection, which its reads then use (no second connection taken from the pool).
+        ctx.db()
+            .await?
             .execute_raw(Statement::from_sql_and_values(
                 backend,
                 "INSERT INTO api_usage (organization_id, cycle, calls) SELECT o.id, $2, 1 \

@@ -32,6 +32,7 @@ pub mod send_notification;
 use serde_json::{Map, Value};
 
 use crate::{
+    db::Reads,
     state::AppState,
     validation::{PathSegment, ValidationIssue},
 };
@@ -54,19 +55,28 @@ impl ToolContext {
         }
     }
 
+    /// [`Self::new`], reading through `reads` (a connection the request already holds).
+    pub fn reading(state: AppState, organization_id: impl Into<String>, reads: Reads) -> Self {
+        Self {
+            state,
+            organization_id: organization_id.into(),
+            reads: CallReads(tokio::sync::OnceCell::new_with(Some(reads))),
+        }
+    }
+
     /// The connection this call reads through, opened on its first read and held until the
     /// context is dropped (see [`crate::db::Reads`]). Writes go through `state.db`.
-    pub async fn db(&self) -> Result<&crate::db::Reads, sea_orm::DbErr> {
+    pub async fn db(&self) -> Result<&Reads, sea_orm::DbErr> {
         self.reads
             .0
-            .get_or_try_init(|| crate::db::Reads::open(&self.state.db))
+            .get_or_try_init(|| Reads::open(&self.state.db))
             .await
     }
 }
 
 /// A call's read connection; a cloned context (another call) opens its own.
 #[derive(Default)]
-struct CallReads(tokio::sync::OnceCell<crate::db::Reads>);
+struct CallReads(tokio::sync::OnceCell<Reads>);
 
 impl Clone for CallReads {
     fn clone(&self) -> Self {

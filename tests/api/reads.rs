@@ -1,7 +1,8 @@
 //! A tool call's read connection (`custintel::db::Reads`): on a SQLite file it reads through
 //! rusqlite and types each value by its column's declared type, so every record the tools read
-//! must come back equal to what sea-orm's own SQLite driver reads. On PostgreSQL both are the
-//! pool: nothing to compare, so these run on SQLite only.
+//! must come back equal to what sea-orm's own SQLite driver reads. On PostgreSQL it is a pooled
+//! connection the call holds, its statements run through sqlx: the records must come back as
+//! the pool's, and calls holding connections must not starve one another of the pool's.
 
 use custintel::{
     crypto::SecretBox,
@@ -51,14 +52,32 @@ fn state(db: &DatabaseConnection) -> AppState {
 
 #[tokio::test]
 async fn read_connections_read_every_record_as_the_pool_does() {
-    let (db, _tmp) = fresh_db(Backend::Sqlite).await.expect("sqlite");
+    read_every_record_as_the_pool_does(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn held_postgres_connections_read_every_record_as_the_pool_does() {
+    read_every_record_as_the_pool_does(Backend::Postgres).await;
+}
+
+async fn read_every_record_as_the_pool_does(backend: Backend) {
+    let Some((db, _tmp)) = fresh_db(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
     let org = org_in(&db, "Reads").await;
     seed(&db, &org.organization_id, 200).await;
     let reads = Reads::open(&db).await.expect("open");
-    assert!(
-        matches!(reads, Reads::Sqlite(_)),
-        "a SQLite file is read through read connections"
-    );
+    match backend {
+        Backend::Sqlite => assert!(
+            matches!(reads, Reads::Sqlite(_)),
+            "a SQLite file is read through read connections"
+        ),
+        Backend::Postgres => assert!(
+            matches!(reads, Reads::Postgres(_)),
+            "PostgreSQL is read through a held connection"
+        ),
+    }
     // Every kind of column: texts, optional texts, times and missing times, JSON, booleans,
     // integers, enums.
     assert!(both::<customer::Entity>(&db, &reads, customer::Column::Id).await > 0);
@@ -80,11 +99,24 @@ async fn read_connections_refuse_writes() {
     assert!(err.to_string().contains("read connection"), "{err}");
 }
 
-/// More callers than read connections, in two organizations at once: every call answers, and
-/// each sees its own organization's records only.
+/// More callers than read connections (SQLite's 16, PostgreSQL's pool of 20), in two
+/// organizations at once: every call answers, and each sees its own organization's records
+/// only.
 #[tokio::test]
 async fn concurrent_calls_share_the_read_connections_and_keep_to_their_organization() {
-    let (db, _tmp) = fresh_db(Backend::Sqlite).await.expect("sqlite");
+    concurrent_calls_keep_to_their_organization(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_postgres_connections_and_keep_to_their_organization() {
+    concurrent_calls_keep_to_their_organization(Backend::Postgres).await;
+}
+
+async fn concurrent_calls_keep_to_their_organization(backend: Backend) {
+    let Some((db, _tmp)) = fresh_db(backend).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
     let large = org_in(&db, "Large").await;
     let small = org_in(&db, "Small").await;
     seed(&db, &large.organization_id, 200).await;

@@ -10,7 +10,7 @@ use super::{
     ApiTags, AppState,
 };
 use crate::{
-    auth::{authenticate, AuthError},
+    auth::{authenticate, authenticate_reading, AuthError},
     http::api::ApiKeyAuth,
     http::envelope::{request_issues, ErrorBody},
     http::request::JsonBody,
@@ -193,11 +193,11 @@ impl ToolsApi {
     /// with 400 before the tool runs do not.
     #[oai(path = "/api/tools/call", method = "post", operation_id = "callTool")]
     async fn call(&self, key: ApiKeyAuth, body: JsonBody<ToolCallRequest>) -> ToolCallResponse {
-        let auth = match authenticate(&self.state.db, &key.0.token).await {
-            Ok(auth) => auth,
+        let (auth, reads) = match authenticate_reading(&self.state.db, &key.0.token).await {
+            Ok(found) => found,
             Err(e) => return e.into(),
         };
-        let ctx = ToolContext::new(self.state.clone(), auth.organization_id);
+        let ctx = ToolContext::reading(self.state.clone(), auth.organization_id, reads);
         let body = body.0;
         let input = body.input.map(|m| Value::Object(m.into_iter().collect()));
         match tools::call(ctx, &body.tool, input).await {
