@@ -64,6 +64,14 @@ impl ToolContext {
         }
     }
 
+    /// The context with the connection it holds given back (a read after this opens another).
+    pub fn without_reads(self) -> Self {
+        Self {
+            reads: CallReads::default(),
+            ..self
+        }
+    }
+
     /// The connection this call reads through, opened on its first read and held until the
     /// context is dropped (see [`crate::db::Reads`]). Writes go through `state.db`.
     pub async fn db(&self) -> Result<&Reads, sea_orm::DbErr> {
@@ -169,6 +177,11 @@ pub async fn call(ctx: ToolContext, name: &str, input: Option<Value>) -> ToolRes
     };
     registered.validate(&input).map_err(ToolError::Invalid)?;
     allowance::consume(&ctx).await?;
+    let ctx = if registered.tool.reads_call_connection {
+        ctx
+    } else {
+        ctx.without_reads()
+    };
     (registered.tool.run)(ctx, input).await
 }
 

@@ -19,12 +19,24 @@ pub struct Tool {
     pub input_schema: fn() -> Value,
     /// Deserializes a validated input and runs the tool.
     pub run: fn(ToolContext, Value) -> ToolFuture,
+    /// Whether the tool reads through the call's own connection ([`ToolContext::db`]). One
+    /// that does not (`svc_query` reads through connections of its own, and
+    /// `svc_send_notification` writes through the pool) gives the call's back before it runs:
+    /// waiting for others, it must not hold one that other requests need.
+    pub reads_call_connection: bool,
 }
 
-/// Declares a tool from its module under `src/tools/`.
+/// Declares a tool from its module under `src/tools/`; `own_connections` after the module
+/// marks a tool that does not read through the call's connection.
 #[macro_export]
 macro_rules! tool {
     ($name:literal, $module:ident) => {
+        $crate::tool!($name, $module, true)
+    };
+    ($name:literal, $module:ident, own_connections) => {
+        $crate::tool!($name, $module, false)
+    };
+    ($name:literal, $module:ident, $reads:literal) => {
         $crate::tools::registry::Tool {
             name: $name,
             description: $crate::tools::$module::DESCRIPTION,
@@ -36,6 +48,7 @@ macro_rules! tool {
                     $crate::tools::$module::run(&ctx, input).await
                 })
             },
+            reads_call_connection: $reads,
         }
     };
 }
@@ -52,10 +65,10 @@ fn tools() -> Vec<Tool> {
         tool!("svc_get_fact", get_fact),
         tool!("svc_get_source", get_source),
         tool!("svc_list_sources", list_sources),
-        tool!("svc_send_notification", send_notification),
+        tool!("svc_send_notification", send_notification, own_connections),
         tool!("svc_search_customer_context", search_customer_context),
         tool!("svc_schema", schema),
-        tool!("svc_query", query),
+        tool!("svc_query", query, own_connections),
     ]
 }
 

@@ -253,3 +253,37 @@ async fn users_are_written_across_schema_changes() {
         assert_eq!(row.try_get::<i64>("", "n").expect("n"), 48, "{what}");
     }
 }
+
+/// A tool that does not read through the call's connection (`svc_query` waits for connections
+/// of its own) gives the call's back before it runs, so a slow query holds none of the
+/// service's pool, which the other requests need (PostgreSQL).
+#[tokio::test]
+async fn a_query_call_holds_none_of_the_pool_while_it_runs() {
+    let Some((db, _tmp)) = fresh_db(Backend::Postgres).await else {
+        eprintln!("TEST_DATABASE_URL not set: PostgreSQL run skipped");
+        return;
+    };
+    let org = org_in(&db, "Query").await;
+    let pool = db.get_postgres_connection_pool().clone();
+    let in_use = move || pool.size() as usize - pool.num_idle();
+    // A connection goes back to the pool in a task of its own after a round trip: settled.
+    let settle = || tokio::time::sleep(std::time::Duration::from_millis(250));
+    settle().await;
+    assert_eq!(in_use(), 0, "connections in use before the call");
+    // As the tool gateway calls it: the connection the API key was looked up on comes along.
+    let reads = Reads::open(&db).await.expect("open");
+    assert_eq!(in_use(), 1, "the call's connection is taken");
+    let ctx = ToolContext::reading(state(&db), org.organization_id.clone(), reads);
+    let call = tokio::spawn(tools::call(
+        ctx,
+        "svc_query",
+        Some(json!({"sql": "SELECT pg_sleep(1.5)::text AS slept"})),
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(750)).await;
+    let busy = in_use();
+    call.await.expect("task").expect("the query answers");
+    assert_eq!(
+        busy, 0,
+        "a connection of the pool was held during the query"
+    );
+}
