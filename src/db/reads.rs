@@ -521,12 +521,7 @@ impl ConnectionTrait for Reads {
             ))),
             Reads::Postgres(held) => {
                 held.seen(&stmt);
-                let mut conn = held.conn.lock().await;
-                write_txn::sqlx_query::<Postgres>(stmt)
-                    .execute(&mut **conn)
-                    .await
-                    .map(Into::into)
-                    .map_err(write_txn::exec_err)
+                write_txn::execute_on::<Postgres>(&mut **held.conn.lock().await, stmt).await
             }
             Reads::Pool(db) => db.execute_raw(stmt).await,
         }
@@ -538,13 +533,8 @@ impl ConnectionTrait for Reads {
                 "a write on a tool call's read connection: {sql}"
             ))),
             Reads::Postgres(held) => {
-                use sea_orm::sqlx::Executor;
-                let mut conn = held.conn.lock().await;
-                (&mut **conn)
-                    .execute(sea_orm::sqlx::AssertSqlSafe(sql.to_owned()))
+                write_txn::execute_unprepared_on::<Postgres>(&mut **held.conn.lock().await, sql)
                     .await
-                    .map(Into::into)
-                    .map_err(write_txn::exec_err)
             }
             Reads::Pool(db) => db.execute_unprepared(sql).await,
         }
@@ -555,12 +545,7 @@ impl ConnectionTrait for Reads {
             Reads::Sqlite(conn) => Ok(conn.rows(stmt, Some(1))?.into_iter().next()),
             Reads::Postgres(held) => {
                 held.seen(&stmt);
-                let mut conn = held.conn.lock().await;
-                write_txn::sqlx_query::<Postgres>(stmt)
-                    .fetch_optional(&mut **conn)
-                    .await
-                    .map(|row| row.map(Into::into))
-                    .map_err(write_txn::query_err)
+                write_txn::query_one_on::<Postgres>(&mut **held.conn.lock().await, stmt).await
             }
             Reads::Pool(db) => db.query_one_raw(stmt).await,
         }
@@ -571,12 +556,7 @@ impl ConnectionTrait for Reads {
             Reads::Sqlite(conn) => conn.rows(stmt, None),
             Reads::Postgres(held) => {
                 held.seen(&stmt);
-                let mut conn = held.conn.lock().await;
-                write_txn::sqlx_query::<Postgres>(stmt)
-                    .fetch_all(&mut **conn)
-                    .await
-                    .map(|rows| rows.into_iter().map(Into::into).collect())
-                    .map_err(write_txn::query_err)
+                write_txn::query_all_on::<Postgres>(&mut **held.conn.lock().await, stmt).await
             }
             Reads::Pool(db) => db.query_all_raw(stmt).await,
         }

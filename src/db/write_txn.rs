@@ -114,11 +114,11 @@ pub(super) fn acquire_err(e: sqlx::Error) -> DbErr {
     }
 }
 
-pub(super) fn exec_err(e: sqlx::Error) -> DbErr {
+fn exec_err(e: sqlx::Error) -> DbErr {
     DbErr::Exec(RuntimeErr::SqlxError(Arc::new(e)))
 }
 
-pub(super) fn query_err(e: sqlx::Error) -> DbErr {
+fn query_err(e: sqlx::Error) -> DbErr {
     DbErr::Query(RuntimeErr::SqlxError(Arc::new(e)))
 }
 
@@ -127,9 +127,7 @@ fn raw_err(e: rusqlite::Error) -> DbErr {
 }
 
 /// The statement as sqlx runs it, its values moved in.
-pub(super) fn sqlx_query<DB: Database>(
-    stmt: Statement,
-) -> sqlx::query::Query<'static, DB, SqlxValues>
+fn sqlx_query<DB: Database>(stmt: Statement) -> sqlx::query::Query<'static, DB, SqlxValues>
 where
     SqlxValues: for<'q> sqlx::IntoArguments<DB>,
 {
@@ -167,39 +165,84 @@ where
     }
 
     async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
-        let mut txn = self.txn.lock().await;
-        sqlx_query::<DB>(stmt)
-            .execute(&mut **txn)
-            .await
-            .map(Into::into)
-            .map_err(exec_err)
+        execute_on::<DB>(&mut **self.txn.lock().await, stmt).await
     }
 
     async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
-        use sqlx::Executor;
-        let mut txn = self.txn.lock().await;
-        (&mut **txn)
-            .execute(sqlx::AssertSqlSafe(sql.to_owned()))
-            .await
-            .map(Into::into)
-            .map_err(exec_err)
+        execute_unprepared_on::<DB>(&mut **self.txn.lock().await, sql).await
     }
 
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
-        let mut txn = self.txn.lock().await;
-        sqlx_query::<DB>(stmt)
-            .fetch_optional(&mut **txn)
-            .await
-            .map(|row| row.map(Into::into))
-            .map_err(query_err)
+        query_one_on::<DB>(&mut **self.txn.lock().await, stmt).await
     }
 
     async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
-        let mut txn = self.txn.lock().await;
-        sqlx_query::<DB>(stmt)
-            .fetch_all(&mut **txn)
-            .await
-            .map(|rows| rows.into_iter().map(Into::into).collect())
-            .map_err(query_err)
+        query_all_on::<DB>(&mut **self.txn.lock().await, stmt).await
     }
+}
+
+// sea-orm's statements on one sqlx connection, as a [`ConnectionTrait`] runs them: a
+// transaction's here, a tool call's held connection in `reads`.
+
+pub(super) async fn execute_on<DB: Database>(
+    conn: &mut DB::Connection,
+    stmt: Statement,
+) -> Result<ExecResult, DbErr>
+where
+    SqlxValues: for<'q> sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::QueryResult: Into<ExecResult>,
+{
+    sqlx_query::<DB>(stmt)
+        .execute(conn)
+        .await
+        .map(Into::into)
+        .map_err(exec_err)
+}
+
+pub(super) async fn execute_unprepared_on<DB: Database>(
+    conn: &mut DB::Connection,
+    sql: &str,
+) -> Result<ExecResult, DbErr>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::QueryResult: Into<ExecResult>,
+{
+    use sqlx::Executor;
+    conn.execute(sqlx::AssertSqlSafe(sql.to_owned()))
+        .await
+        .map(Into::into)
+        .map_err(exec_err)
+}
+
+pub(super) async fn query_one_on<DB: Database>(
+    conn: &mut DB::Connection,
+    stmt: Statement,
+) -> Result<Option<QueryResult>, DbErr>
+where
+    SqlxValues: for<'q> sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Row: Into<QueryResult>,
+{
+    sqlx_query::<DB>(stmt)
+        .fetch_optional(conn)
+        .await
+        .map(|row| row.map(Into::into))
+        .map_err(query_err)
+}
+
+pub(super) async fn query_all_on<DB: Database>(
+    conn: &mut DB::Connection,
+    stmt: Statement,
+) -> Result<Vec<QueryResult>, DbErr>
+where
+    SqlxValues: for<'q> sqlx::IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Row: Into<QueryResult>,
+{
+    sqlx_query::<DB>(stmt)
+        .fetch_all(conn)
+        .await
+        .map(|rows| rows.into_iter().map(Into::into).collect())
+        .map_err(query_err)
 }
