@@ -92,14 +92,12 @@ impl Reads {
 
     /// A connection for one call's reads of `db`.
     pub async fn open(db: &DatabaseConnection) -> Result<Self, DbErr> {
-        if db.get_database_backend() == DbBackend::Postgres {
-            if pool_only("CUSTINTEL_POSTGRES_READS") {
-                return Ok(Reads::Pool(db.clone()));
-            }
-            return Ok(Reads::Postgres(PostgresReads::acquire(db).await?));
-        }
-        if pool_only("CUSTINTEL_SQLITE_READS") {
+        let backend = db.get_database_backend();
+        if pool_only(backend) {
             return Ok(Reads::Pool(db.clone()));
+        }
+        if backend == DbBackend::Postgres {
+            return Ok(Reads::Postgres(PostgresReads::acquire(db).await?));
         }
         match SqliteReads::of(db).await? {
             Some(reads) => Ok(Reads::Sqlite(reads.acquire().await?)),
@@ -110,16 +108,15 @@ impl Reads {
 
 /// `CUSTINTEL_SQLITE_READS=pool` (or `CUSTINTEL_POSTGRES_READS=pool`) sends the tools' reads
 /// through the service's pool, a connection per statement, as before a call held its own: to
-/// compare the two (`bench tools`). Read once per variable.
-fn pool_only(variable: &'static str) -> bool {
-    static SET: OnceLock<Mutex<Vec<(&'static str, bool)>>> = OnceLock::new();
-    let mut set = lock(SET.get_or_init(Default::default));
-    if let Some((_, on)) = set.iter().find(|(name, _)| *name == variable) {
-        return *on;
-    }
-    let on = std::env::var(variable).is_ok_and(|v| v.eq_ignore_ascii_case("pool"));
-    set.push((variable, on));
-    on
+/// compare the two (`bench tools`). Read once per backend.
+fn pool_only(backend: DbBackend) -> bool {
+    static SQLITE: OnceLock<bool> = OnceLock::new();
+    static POSTGRES: OnceLock<bool> = OnceLock::new();
+    let (set, variable) = match backend {
+        DbBackend::Postgres => (&POSTGRES, "CUSTINTEL_POSTGRES_READS"),
+        _ => (&SQLITE, "CUSTINTEL_SQLITE_READS"),
+    };
+    *set.get_or_init(|| std::env::var(variable).is_ok_and(|v| v.eq_ignore_ascii_case("pool")))
 }
 
 /// A connection of the PostgreSQL pool held by one call; back to the pool when dropped.

@@ -40,7 +40,6 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
 /// on one PostgreSQL database) never push the count past the limit.
 pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
     let (db, organization_id) = (&ctx.state.db, ctx.organization_id.as_str());
-    let usage = usage_db(db).await?;
     let now = Utc::now();
     let cycle = cycle_of(now);
     let backend = db.get_database_backend();
@@ -71,6 +70,7 @@ pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
     } else {
         // SQLite: the counts are in a file of their own, so the limit is read first (a read
         // on the calling thread, no round trip).
+        let usage = usage_db(db).await?;
         let limit = plan_of(ctx).await?.api_call_limit.unwrap_or(i64::MAX);
         if limit < 1 {
             0
