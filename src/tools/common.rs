@@ -762,6 +762,14 @@ pub async fn filter_by_name<C: ColumnTrait>(
 
 /// One exact trait match: the JSON value under `key` in the `traits` column equals `value`.
 /// Each backend has its own JSON operators and placeholder style.
+///
+/// On PostgreSQL the equality is wrapped in `COALESCE(..., FALSE)` (the same rows: a missing
+/// key is no match either way). PostgreSQL keeps no statistics on the values inside `traits`
+/// and takes an equality on them for a match in 200, while a value that is not rare (a rare
+/// one's records come from the trait index) matches far more: with that estimate it read and
+/// sorted every customer the other filters select (11,000 rows, 57 ms) rather than walk the
+/// activity index to the page's 51 matches (155 rows, 1.7 ms). A `COALESCE` it takes for a
+/// match in two, and walks.
 pub fn trait_equals(
     backend: DbBackend,
     table: &str,
@@ -771,7 +779,7 @@ pub fn trait_equals(
     let json_text = serde_json::to_string(value).map_err(|e| ToolError::Internal(e.to_string()))?;
     Ok(match backend {
         DbBackend::Postgres => Expr::cust_with_values(
-            format!("(\"{table}\".\"traits\" -> $1) = CAST($2 AS jsonb)"),
+            format!("COALESCE((\"{table}\".\"traits\" -> $1) = CAST($2 AS jsonb), FALSE)"),
             [key.to_string(), json_text],
         ),
         _ => {

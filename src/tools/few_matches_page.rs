@@ -9,10 +9,13 @@
 //! page's rows are read: the cost follows the number of candidates, which the caller has
 //! counted (at most [`super::common::FEW_MATCHES`]) before choosing this path.
 //!
-//! On PostgreSQL the database orders them itself: one statement reads the matches' rows
-//! through the filter's index, counts them and keeps the page's (a bounded sort), where sending
-//! every match's key to the service and reading the page's rows again by primary key cost a
-//! second statement and a decoded row per match.
+//! On PostgreSQL the database orders them itself: one statement reads the matches through the
+//! filter's index, counts them and keeps the page's (a bounded sort), where sending every
+//! match's key to the service and reading the page's rows again by primary key cost a second
+//! statement and a decoded row per match. When that index holds every condition and the sort
+//! keys ([`MatchKeys::InIndex`], a revenue range), the statement sorts the keys alone, read
+//! from the index without the rows, and reads only the page's rows: reading each match's row
+//! (one scattered page each) was most of the time.
 
 use std::{cmp::Ordering, collections::HashMap};
 
@@ -27,6 +30,18 @@ use super::{
     common::{models_and_count, CountedResidual, ListRequest, Total},
     ToolContext, ToolError, ToolResult,
 };
+
+/// Where a few-matches list's sort keys can be read from (PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchKeys {
+    /// In the rows: the matches' rows are read anyway (candidates from a trait or name index,
+    /// conditions checked on the row), so the page is sorted from them.
+    InRows,
+    /// In one index with every condition of `served` (a revenue range's index ends with the
+    /// activity time and the id): the keys are sorted without reading the matches' rows, and
+    /// the page's rows are read by id.
+    InIndex,
+}
 
 /// A page's sort key: last activity (`None`: never active) and id.
 type SortKey = (Option<DateTime<Utc>>, String);
@@ -66,6 +81,7 @@ pub async fn few_matches_page<E>(
     served: Condition,
     residual: Option<Condition>,
     counted_residual: Option<CountedResidual>,
+    keys: MatchKeys,
     activity: E::Column,
     id: E::Column,
 ) -> ToolResult<(Vec<E::Model>, Total)>
@@ -75,7 +91,7 @@ where
 {
     let db = ctx.db().await?;
     if db.get_database_backend() == DbBackend::Postgres {
-        return sorted_by_database::<E>(db, req, served, residual, activity, id).await;
+        return sorted_by_database::<E>(db, req, served, residual, keys, activity, id).await;
     }
     let matched: SimpleExpr = match &counted_residual {
         Some(r) => r.passes(),
@@ -151,11 +167,14 @@ where
 /// to read them all (the filter's index) and then sorted. Written as one query, the planner
 /// walked the organization's activity index in the list's order to spare the sort (the plan
 /// test caught it with a revenue range, whose columns that index also holds).
+/// With [`MatchKeys::InIndex`] the derived table holds only the keys and the count, and the
+/// page's rows are joined to it by id.
 async fn sorted_by_database<E>(
     db: &crate::db::Reads,
     req: &ListRequest,
     served: Condition,
     residual: Option<Condition>,
+    keys: MatchKeys,
     activity: E::Column,
     id: E::Column,
 ) -> ToolResult<(Vec<E::Model>, Total)>
@@ -183,16 +202,37 @@ where
             None => Condition::all().add(activity.is_null()).add(id.lt(last_id)),
         });
     }
+    if keys == MatchKeys::InIndex {
+        page = page.select_only().column(id).column(activity);
+    }
     let matches = page
         .expr_as(Expr::cust("COUNT(*) OVER ()"), MATCHES)
         .into_query();
-    let page = Query::select()
+    let ordered = Query::select()
         .column(Asterisk)
         .from_subquery(matches, Alias::new(E::default().table_name()))
         .order_by_with_nulls(activity, Order::Desc, NullOrdering::Last)
         .order_by(id, Order::Desc)
         .limit(req.limit + 1)
         .to_owned();
+    let page = match keys {
+        MatchKeys::InRows => ordered,
+        MatchKeys::InIndex => {
+            let keys = Alias::new("page_keys");
+            Query::select()
+                .column((E::default(), Asterisk))
+                .column((keys.clone(), Alias::new(MATCHES)))
+                .from_subquery(ordered, keys.clone())
+                .inner_join(
+                    E::default(),
+                    Expr::col((E::default(), id)).equals((keys.clone(), id)),
+                )
+                .order_by_with_nulls((keys.clone(), activity), Order::Desc, NullOrdering::Last)
+                .order_by((keys, id), Order::Desc)
+                .limit(req.limit + 1)
+                .to_owned()
+        }
+    };
     let rows = db
         .query_all_raw(db.get_database_backend().build(&page))
         .await?;

@@ -15,7 +15,7 @@ use super::{
         check_fields, count_up_to, filter_by_name, key_time_opt, parse_duration,
         rare_trait_candidates, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT, FEW_MATCHES,
     },
-    few_matches_page::few_matches_page,
+    few_matches_page::{few_matches_page, MatchKeys},
     record_counts::{self, KeptTotal},
     records::{self, CUSTOMER_FIELDS, CUSTOMER_IDS},
     ToolContext, ToolResult,
@@ -110,6 +110,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.
     let rare_trait = traits.candidates;
+    let rare_trait_none = rare_trait.is_none();
     let matches_up_to = |served: Condition, cap: u64| async move {
         let db = ctx.db().await?;
         Ok::<_, super::ToolError>(count_up_to(db, Entity::find().filter(served), cap).await?)
@@ -182,6 +183,13 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .or(traits.counted_alone.map(KnownTotal::Counted))
         .or(revenue_total.map(KnownTotal::Counted));
     let (residual, counted_residual, unimplied) = residuals.split();
+    // A revenue range alone (with a status or activity bound): the revenue indexes hold every
+    // condition and the sort keys.
+    let keys = if narrow_revenue && rare_trait_none && !named && residual.is_none() {
+        MatchKeys::InIndex
+    } else {
+        MatchKeys::InRows
+    };
     let (rows, total) = match (few, revenue) {
         (Some(few), _) => {
             let served = few.add(range.condition(Column::LastActivityAt));
@@ -191,6 +199,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 served,
                 residual,
                 unimplied,
+                keys,
                 Column::LastActivityAt,
                 Column::Id,
             )

@@ -12,7 +12,7 @@ use super::{
         carries_traits, check_fields, filter_by_name, key_time_opt, parse_duration,
         rare_trait_candidates, resolve_customer, ListRequest, Residuals,
     },
-    few_matches_page::few_matches_page,
+    few_matches_page::{few_matches_page, MatchKeys},
     record_counts::KeptTotal,
     records::{self, USER_FIELDS, USER_IDS},
     ToolContext, ToolResult,
@@ -163,6 +163,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 served,
                 residual,
                 unimplied,
+                MatchKeys::InRows,
                 Column::LastActivityAt,
                 Column::Id,
             )

@@ -359,11 +359,13 @@ fn faults(
                             || text.starts_with(&format!("SCAN {quoted}")))
                 }
             };
-            // Rows read by a list of their ids (a page of few matches, ordered beforehand):
-            // PostgreSQL reads a table this small whole rather than probe its key a page's
-            // times, and probes the key once the table is larger than a few hundred pages.
+            // Rows read by a list of their ids (a page of few matches, ordered beforehand, or
+            // the page's keys sorted from an index): PostgreSQL reads a table this small whole
+            // rather than probe its key a page's times, and probes the key once the table is
+            // larger than a few hundred pages.
             let by_ids = backend == DbBackend::Postgres
-                && sql.contains(&format!("WHERE \"{table}\".\"id\" IN ("));
+                && (sql.contains(&format!("WHERE \"{table}\".\"id\" IN ("))
+                    || sql.contains(&format!("\"{table}\".\"id\" = \"page_keys\".\"id\"")));
             if whole && !by_ids && !stops_early(plan, line) {
                 faults.push(format!("reads all of {table}: {text}"));
             }
@@ -581,6 +583,13 @@ fn calls() -> Vec<Call> {
             "list_customers PAYING+minMrrCents",
             "svc_list_customers",
             json!({"billingStatus": "PAYING", "minMrrCents": 400000}),
+            false,
+        ),
+        Call(
+            "list_customers combined",
+            "svc_list_customers",
+            json!({"billingStatus": "PAYING", "minMrrCents": 100000,
+                   "traits": {"plan": "pro"}, "activeWithin": "30d"}),
             false,
         ),
         Call(
