@@ -229,6 +229,8 @@ where
                 )
                 .order_by_with_nulls((keys.clone(), activity), Order::Desc, NullOrdering::Last)
                 .order_by((keys, id), Order::Desc)
+                // The keys' limit again: a page statement ends with its limit, as the plan
+                // test reads it.
                 .limit(req.limit + 1)
                 .to_owned()
         }

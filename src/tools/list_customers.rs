@@ -110,7 +110,6 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.
     let rare_trait = traits.candidates;
-    let rare_trait_none = rare_trait.is_none();
     let matches_up_to = |served: Condition, cap: u64| async move {
         let db = ctx.db().await?;
         Ok::<_, super::ToolError>(count_up_to(db, Entity::find().filter(served), cap).await?)
@@ -183,9 +182,10 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .or(traits.counted_alone.map(KnownTotal::Counted))
         .or(revenue_total.map(KnownTotal::Counted));
     let (residual, counted_residual, unimplied) = residuals.split();
-    // A revenue range alone (with a status or activity bound): the revenue indexes hold every
-    // condition and the sort keys.
-    let keys = if narrow_revenue && rare_trait_none && !named && residual.is_none() {
+    // A revenue range alone (with a status or activity bound; a narrow range is never beside a
+    // rare trait or a name the name index found): the revenue indexes hold every condition and
+    // the sort keys.
+    let keys = if narrow_revenue && residual.is_none() {
         MatchKeys::InIndex
     } else {
         MatchKeys::InRows
