@@ -75,6 +75,7 @@ fn list_order(a: &SortKey, b: &SortKey) -> Ordering {
 /// Elsewhere than PostgreSQL, the keys are read with whether each row matches, so the total is
 /// the number of matching keys (exact: every candidate was read) and the page reads only
 /// matching rows.
+#[allow(clippy::too_many_arguments)]
 pub async fn few_matches_page<E>(
     ctx: &ToolContext,
     req: &ListRequest,
