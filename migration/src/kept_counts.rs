@@ -104,6 +104,30 @@ impl KeptCount {
         statements
     }
 
+    /// SQLite: `row` counted in its bucket with `sign`.
+    fn sqlite_change(&self, row: &str, sign: i64) -> String {
+        format!(
+            "INSERT INTO record_counts (organization_id, record, bucket, n, amount) \
+             VALUES ({row}.organization_id, '{}', {}, {sign}, 0) \
+             ON CONFLICT (organization_id, record, bucket) DO UPDATE SET n = n + excluded.n;",
+            self.record,
+            self.bucket_of(row)
+        )
+    }
+
+    /// PostgreSQL: `row` counted in its bucket with `sign` (`-` or nothing), in the backend's
+    /// own row.
+    fn postgres_change(&self, row: &str, sign: &str) -> String {
+        format!(
+            "INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount) \
+             VALUES ({row}.organization_id, '{}', {}, pg_backend_pid(), {sign}1, 0) \
+             ON CONFLICT (organization_id, record, bucket, shard) DO UPDATE \
+             SET n = record_counts.n + excluded.n;",
+            self.record,
+            self.bucket_of(row)
+        )
+    }
+
     fn sqlite(&self) -> Vec<String> {
         let Self {
             record,
@@ -111,14 +135,7 @@ impl KeptCount {
             columns,
             ..
         } = self;
-        let change = |row: &str, sign: i64| {
-            format!(
-                "INSERT INTO record_counts (organization_id, record, bucket, n, amount) \
-                 VALUES ({row}.organization_id, '{record}', {}, {sign}, 0) \
-                 ON CONFLICT (organization_id, record, bucket) DO UPDATE SET n = n + excluded.n;",
-                self.bucket_of(row)
-            )
-        };
+        let change = |row: &str, sign: i64| self.sqlite_change(row, sign);
         let moved = self.each_bucket_column("old.{c} IS NOT new.{c}", " OR ");
         vec![
             format!(
@@ -145,15 +162,7 @@ impl KeptCount {
             columns,
             ..
         } = self;
-        let change = |row: &str, sign: &str| {
-            format!(
-                "INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount) \
-                 VALUES ({row}.organization_id, '{record}', {}, pg_backend_pid(), {sign}1, 0) \
-                 ON CONFLICT (organization_id, record, bucket, shard) DO UPDATE \
-                 SET n = record_counts.n + excluded.n;",
-                self.bucket_of(row)
-            )
-        };
+        let change = |row: &str, sign: &str| self.postgres_change(row, sign);
         let unmoved = self.each_bucket_column("OLD.{c} IS NOT DISTINCT FROM NEW.{c}", " AND ");
         let function = format!(
             "CREATE OR REPLACE FUNCTION {record}_count() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -200,6 +209,19 @@ pub fn postgres_per_statement(
              ON {table} FOR EACH ROW EXECUTE FUNCTION {record}_count()"
         ),
     ];
+    statements.extend(postgres_inserted_and_deleted(record, table, bucket, amount));
+    statements
+}
+
+/// PostgreSQL: the statement triggers of [`postgres_per_statement`] that count a statement's
+/// inserted and deleted rows, without the row trigger for updates.
+fn postgres_inserted_and_deleted(
+    record: &str,
+    table: &str,
+    bucket: &str,
+    amount: &str,
+) -> Vec<String> {
+    let mut statements = Vec::new();
     for (event, alias, sign) in [("INSERT", "inserted", ""), ("DELETE", "deleted", "-")] {
         let counted_bucket = bucket.replace("{row}", alias);
         let counted_amount = amount.replace("{row}", alias);
@@ -241,4 +263,105 @@ pub fn postgres_per_row(record: &str, table: &str, columns: &str) -> Vec<String>
          {columns} ON {table} FOR EACH ROW EXECUTE FUNCTION {record}_count()"
     ));
     statements
+}
+
+/// A kept count whose bucket is coarser than the column it is computed from (a time counted
+/// by the hour): most updates of the column leave the row in its bucket, so an update is
+/// counted only when the bucket changes, tested in the trigger's `WHEN` (no trigger call for
+/// the others). Inserts and deletes are counted as [`KeptCount`] counts them on SQLite, and per
+/// statement ([`postgres_per_statement`]) on PostgreSQL.
+pub struct KeptByBucket {
+    pub count: KeptCount,
+}
+
+impl KeptByBucket {
+    /// Makes the triggers and writes the counts of the rows already there, in the migration's
+    /// transaction.
+    pub async fn up(&self, manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        let backend = manager.get_database_backend();
+        for statement in self.create(backend) {
+            db.execute_unprepared(&statement).await?;
+        }
+        db.execute_unprepared(&self.count.backfill(backend)).await?;
+        Ok(())
+    }
+
+    /// Drops the triggers and the counts.
+    pub async fn down(&self, manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        let backend = manager.get_database_backend();
+        let KeptCount { record, table, .. } = &self.count;
+        let mut statements = Vec::new();
+        if backend == DbBackend::Postgres {
+            for suffix in ["", "_inserted", "_deleted"] {
+                statements.push(format!(
+                    "DROP TRIGGER IF EXISTS {record}_count{suffix} ON {table}"
+                ));
+            }
+            for suffix in ["_moved", "_inserted", "_deleted"] {
+                statements.push(format!("DROP FUNCTION IF EXISTS {record}_count{suffix}()"));
+            }
+            statements.push(format!(
+                "DELETE FROM record_counts WHERE record = '{record}'"
+            ));
+        } else {
+            statements = self.count.drop(backend);
+        }
+        for statement in statements {
+            db.execute_unprepared(&statement).await?;
+        }
+        Ok(())
+    }
+
+    /// The update trigger's condition: the row changed organization or bucket.
+    fn moved(&self, old: &str, new: &str, distinct: &str) -> String {
+        let count = &self.count;
+        format!(
+            "{old}.organization_id {distinct} {new}.organization_id OR ({}) {distinct} ({})",
+            count.bucket_of(old),
+            count.bucket_of(new)
+        )
+    }
+
+    fn create(&self, backend: DbBackend) -> Vec<String> {
+        let KeptCount {
+            record,
+            table,
+            bucket,
+            columns,
+        } = &self.count;
+        if backend != DbBackend::Postgres {
+            // The insert and delete triggers as every kept count's; the update's own.
+            let mut statements: Vec<String> = self.count.sqlite().into_iter().take(2).collect();
+            statements.push(format!(
+                "CREATE TRIGGER {record}_count_update AFTER UPDATE OF organization_id, {columns} \
+                 ON {table} WHEN {} BEGIN {} {} END",
+                self.moved("old", "new", "IS NOT"),
+                self.count.sqlite_change("old", -1),
+                self.count.sqlite_change("new", 1),
+            ));
+            return statements;
+        }
+        let mut statements = vec![
+            format!(
+                "CREATE OR REPLACE FUNCTION {record}_count_moved() RETURNS trigger \
+                 LANGUAGE plpgsql AS $$
+BEGIN
+    {}
+    {}
+    RETURN NULL;
+END $$",
+                self.count.postgres_change("OLD", "-"),
+                self.count.postgres_change("NEW", "")
+            ),
+            format!(
+                "CREATE TRIGGER {record}_count AFTER UPDATE OF organization_id, {columns} \
+                 ON {table} FOR EACH ROW WHEN ({}) EXECUTE FUNCTION {record}_count_moved()",
+                self.moved("OLD", "NEW", "IS DISTINCT FROM"),
+            ),
+        ];
+        statements.extend(postgres_inserted_and_deleted(record, table, bucket, "0"));
+        statements
+    }
 }

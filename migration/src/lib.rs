@@ -41,6 +41,7 @@ mod m20261129_020000_ingest_tables_keep_their_pages;
 mod m20261129_030000_published_window_runs;
 mod m20261129_040000_counts_per_customer;
 mod m20261130_010000_customer_traits_by_organization;
+mod m20261130_020000_customer_activity_counts;
 mod postgres_only;
 
 pub struct Migrator;
@@ -88,6 +89,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_030000_published_window_runs::Migration),
             Box::new(m20261129_040000_counts_per_customer::Migration),
             Box::new(m20261130_010000_customer_traits_by_organization::Migration),
+            Box::new(m20261130_020000_customer_activity_counts::Migration),
         ]
     }
 }

@@ -72,6 +72,9 @@ pub enum KnownTotal {
     /// Already counted: the records with one trait value (from the trait index), or the
     /// customers in a revenue range (from its index).
     Counted(Total),
+    /// Kept in part (the whole hours and days of an activity range) and the rest, the rows of
+    /// this condition, to be counted.
+    KeptPlus(Expr, Condition),
 }
 
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
@@ -139,13 +142,18 @@ where
     };
     if req.cursor.is_none()
         && !range.is_split()
-        && known.is_none()
+        && matches!(known, None | Some(KnownTotal::KeptPlus(..)))
         && residual.is_none()
         && counted_residual.is_none()
     {
-        // A first page whose total is a plain count: both in one statement (a round trip was
-        // most of a small list's cost on PostgreSQL).
-        let total = PageTotal::Counted(E::find().filter(counted_bounded));
+        // A first page whose total is a plain count (or a kept total and a count): both in
+        // one statement (a round trip was most of a small list's cost on PostgreSQL).
+        let total = match known {
+            Some(KnownTotal::KeptPlus(kept, edge)) => {
+                PageTotal::KeptPlusCounted(kept, E::find().filter(edge))
+            }
+            _ => PageTotal::Counted(E::find().filter(counted_bounded)),
+        };
         return Ok(common::first_page(db, first_page().filter(bounded), total).await?);
     }
     let rows = async {
@@ -174,6 +182,10 @@ where
                 ))
             }
             Some(KnownTotal::Counted(total)) => return Ok(*total),
+            Some(KnownTotal::KeptPlus(kept, edge)) => {
+                return common::kept_plus_counted(db, kept.clone(), E::find().filter(edge.clone()))
+                    .await
+            }
             None => {}
         }
         if range.is_split() {

@@ -339,6 +339,9 @@ pub enum PageTotal<E: EntityTrait> {
     Counted(sea_orm::Select<E>),
     /// A total kept by triggers (`record_counts::total_expr`): exact.
     Kept(Expr),
+    /// A kept total plus the rows this selects, counted up to where totals stop being exact
+    /// (the customers' kept activity counts and the part-hour at their range's edge).
+    KeptPlusCounted(Expr, sea_orm::Select<E>),
 }
 
 impl<E: EntityTrait> PageTotal<E> {
@@ -376,22 +379,70 @@ where
 {
     use sea_orm::{QuerySelect, QueryTrait};
     const TOTAL: &str = "counted_total";
-    let (total, kept) = match total {
-        PageTotal::Counted(matching) => (count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1), false),
-        PageTotal::Kept(kept) => (kept, true),
+    const KEPT: &str = "kept_total";
+    let (kept, counted) = match total {
+        PageTotal::Counted(matching) => (None, Some(matching)),
+        PageTotal::Kept(kept) => (Some(kept), None),
+        PageTotal::KeptPlusCounted(kept, matching) => (Some(kept), Some(matching)),
     };
-    let page = page.expr_as(total, TOTAL);
+    let mut page = page.expr_as(
+        match &counted {
+            Some(matching) => count_up_to_expr(matching.clone(), EXACT_TOTAL_LIMIT + 1),
+            None => Expr::val(0i64),
+        },
+        TOTAL,
+    );
+    if let Some(kept) = &kept {
+        page = page.expr_as(kept.clone(), KEPT);
+    }
     let rows = db
         .query_all_raw(db.get_database_backend().build(&page.into_query()))
         .await?;
     let (models, counted) = models_and_count::<E>(&rows, TOTAL)?;
-    Ok((
-        models,
-        if kept {
-            Total::exact(counted)
-        } else {
-            Total::capped(counted)
-        },
+    let kept_total = match (&kept, rows.first()) {
+        (Some(_), Some(row)) => Some(u64::try_from(row.try_get::<i64>("", KEPT)?).unwrap_or(0)),
+        (Some(_), None) => Some(0),
+        (None, _) => None,
+    };
+    Ok((models, total_of(kept_total, counted)))
+}
+
+/// A list's total from its kept part (exact) and its counted part (capped).
+fn total_of(kept: Option<u64>, counted: u64) -> Total {
+    match kept {
+        Some(kept) => Total::exact(kept).plus(Total::capped(counted)),
+        None => Total::capped(counted),
+    }
+}
+
+/// A kept total plus the rows `matching` selects counted up to where totals stop being exact,
+/// in one statement.
+pub async fn kept_plus_counted<E, C>(
+    db: &C,
+    kept: Expr,
+    matching: sea_orm::Select<E>,
+) -> Result<Total, sea_orm::DbErr>
+where
+    E: EntityTrait,
+    C: sea_orm::ConnectionTrait,
+{
+    use sea_orm::sea_query::{Alias, Query};
+    let mut query = Query::select();
+    query
+        .expr_as(
+            count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1),
+            Alias::new("counted_total"),
+        )
+        .expr_as(kept, Alias::new("kept_total"));
+    let row = db
+        .query_one_raw(db.get_database_backend().build(&query))
+        .await?
+        .ok_or_else(|| sea_orm::DbErr::RecordNotFound("a total".into()))?;
+    let kept: i64 = row.try_get("", "kept_total")?;
+    let counted: i64 = row.try_get("", "counted_total")?;
+    Ok(total_of(
+        Some(u64::try_from(kept).unwrap_or(0)),
+        u64::try_from(counted).unwrap_or(0),
     ))
 }
 

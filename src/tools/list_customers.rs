@@ -178,9 +178,32 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             buckets: input.billing_status.map(|b| vec![b.as_str().to_string()]),
         })
     });
+    // Filtered by `activeWithin` or `inactiveFor` alone: the whole hours and days of the range
+    // are kept, and only the part-hour at its edge is counted.
+    let activity_alone = input.billing_status.is_none()
+        && revenue.is_none()
+        && name.is_none()
+        && input.traits.as_ref().is_none_or(Map::is_empty);
+    let by_activity = activity_alone
+        .then(|| {
+            record_counts::customers_by_activity(&ctx.organization_id, range.since, range.before)
+        })
+        .flatten()
+        .map(|total| {
+            let edge = match total.edge {
+                Some((from, to)) => Condition::all()
+                    .add(Column::OrganizationId.eq(&ctx.organization_id))
+                    .add(Column::LastActivityAt.gte(from))
+                    .add(Column::LastActivityAt.lt(to)),
+                // Nothing to count.
+                None => Condition::all().add(Expr::val(false)),
+            };
+            KnownTotal::KeptPlus(total.kept, edge)
+        });
     let known = kept
         .or(traits.counted_alone.map(KnownTotal::Counted))
-        .or(revenue_total.map(KnownTotal::Counted));
+        .or(revenue_total.map(KnownTotal::Counted))
+        .or(by_activity);
     let (residual, counted_residual, unimplied) = residuals.split();
     // A revenue range alone (with a status or activity bound; a narrow range is never beside a
     // rare trait or a name the name index found): the revenue indexes hold every condition and

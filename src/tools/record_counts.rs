@@ -10,8 +10,9 @@
 //! concurrent writers never wait on one another's counter rows (nor deadlock on them);
 //! [`fold`] moves the rows of backends that have ended into one row per bucket.
 
+use chrono::{DateTime, DurationRound, Utc};
 use sea_orm::{
-    sea_query::{Alias, Expr, ExprTrait, Query},
+    sea_query::{Alias, Condition, Expr, ExprTrait, Query},
     ConnectionTrait, DatabaseConnection, DbErr,
 };
 
@@ -275,6 +276,99 @@ pub async fn customers_in_revenue_range<C: ConnectionTrait>(
         query.and_where(Expr::expr(status_of_bucket).eq(status));
     }
     Ok((read_sum(db, &query).await?, exact))
+}
+
+/// The customers' kept counts per hour and per day of their last activity (see their
+/// migration): labels of the time in UTC, `never` for customers never active, sorted as the
+/// times are and before `never`.
+const ACTIVITY_HOURS: &str = "customer_activity_hours";
+const ACTIVITY_DAYS: &str = "customer_activity_days";
+const NEVER_ACTIVE: &str = "never";
+
+fn hour_label(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H").to_string()
+}
+
+fn day_label(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d").to_string()
+}
+
+/// The start of `t`'s hour and of its day.
+fn floor_hour(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(chrono::TimeDelta::hours(1)).unwrap_or(t)
+}
+
+fn floor_day(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(chrono::TimeDelta::days(1)).unwrap_or(t)
+}
+
+/// The first whole hour and whole day at or after `t`.
+fn ceil_hour(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_round_up(chrono::TimeDelta::hours(1))
+        .unwrap_or(t)
+}
+
+fn ceil_day(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_round_up(chrono::TimeDelta::days(1)).unwrap_or(t)
+}
+
+/// A total of customers by last activity: `kept` sums the whole days and hours of the range
+/// from the kept counts, and the customers active in `edge` (`[from, to)`, part of one hour at
+/// the range's edge) are to be counted from the rows.
+pub struct ActivityTotal {
+    pub kept: Expr,
+    pub edge: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+/// The organization's customers active at or after `since` (`activeWithin`), or last active
+/// before `before` or never (`inactiveFor`), from the kept counts; `None` for both bounds at
+/// once (a range within the kept hours' edges on both sides is left to a count).
+pub fn customers_by_activity(
+    organization_id: &str,
+    since: Option<DateTime<Utc>>,
+    before: Option<DateTime<Utc>>,
+) -> Option<ActivityTotal> {
+    use sea_orm::sea_query::QueryStatementBuilder;
+    let bucket = || Expr::col(Alias::new("bucket"));
+    let sum = |record: &str, range: Condition| {
+        let mut query = sum_of_counts(organization_id, record);
+        query.cond_where(range);
+        Expr::SubQuery(None, Box::new(query.into_sub_query_statement()))
+    };
+    let (hours, days, edge) = match (since, before) {
+        (Some(t), None) => {
+            let (hour, day) = (ceil_hour(t), ceil_day(t));
+            (
+                // The hours before the first whole day; the days from it on.
+                Condition::all()
+                    .add(bucket().gte(hour_label(hour)))
+                    .add(bucket().lt(hour_label(day))),
+                Condition::all()
+                    .add(bucket().gte(day_label(day)))
+                    .add(bucket().lt(NEVER_ACTIVE)),
+                (t < hour).then_some((t, hour)),
+            )
+        }
+        (None, Some(t)) => {
+            let (hour, day) = (floor_hour(t), floor_day(t));
+            (
+                // The days before the last whole day, and the customers never active; the
+                // hours of that day before the last whole hour.
+                Condition::all()
+                    .add(bucket().gte(hour_label(day)))
+                    .add(bucket().lt(hour_label(hour))),
+                Condition::any()
+                    .add(bucket().lt(day_label(day)))
+                    .add(bucket().eq(NEVER_ACTIVE)),
+                (hour < t).then_some((hour, t)),
+            )
+        }
+        _ => return None,
+    };
+    Some(ActivityTotal {
+        kept: sum(ACTIVITY_HOURS, hours).add(sum(ACTIVITY_DAYS, days)),
+        edge,
+    })
 }
 
 #[cfg(test)]

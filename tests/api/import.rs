@@ -254,7 +254,7 @@ async fn scalar(app: &TestApp, sql: &str, org: &str) -> i64 {
 }
 
 /// The (text, value) pairs `sql` answers, its one `?` bound to the organization.
-async fn pairs_of_org<V: sea_orm::TryGetable>(
+pub(crate) async fn pairs_of_org<V: sea_orm::TryGetable>(
     app: &TestApp,
     sql: &str,
     org: &str,

@@ -1,7 +1,7 @@
 //! The tool gateway: `POST /api/tools/call` with each tool of this branch, `GET /api/tools`,
 //! input validation, tenant isolation and the plan allowance.
 
-use chrono::{Duration, Utc};
+use chrono::{Duration, DurationRound, Utc};
 use custintel::ops::import;
 use entity::customer::BillingStatus;
 use reqwest::{Method, StatusCode};
@@ -1352,6 +1352,176 @@ db_test!(
             {
                 // A trait value alone is counted exactly (up to 10,000 matches).
                 assert_eq!(pagination["totalExact"], true, "{input}");
+            }
+        }
+    }
+);
+
+// Customers' kept counts per hour and per day of last activity follow every way activity
+// moves (imported, then advanced by events from several senders at once, and not moved back
+// by older ones), and `activeWithin` or `inactiveFor` alone read their totals from them: exact,
+// the rows' own, and only the organization's.
+db_test!(
+    activity_totals_follow_events_from_concurrent_senders,
+    |app: TestApp| async move {
+        let org = app.org("Active Book").await;
+        let other = app.org("Beside").await;
+        let now = Utc::now();
+        // Times 30 to 46 minutes off whole hours from now, so that none lies near the edge of
+        // a call's range (whole hours back from now), at several minutes of their hours.
+        let at =
+            |hours: usize| now - Duration::minutes(hours as i64 * 60 + 30 + (hours % 17) as i64);
+        for (o, n) in [(&org, 400), (&other, 50)] {
+            let lines = (0..n)
+                .map(|c| {
+                    let active = (c % 9 != 0).then(|| at((c * 37) % (40 * 24)).to_rfc3339());
+                    json!({"kind": "customer", "domain": format!("a{c}.example.com"),
+                    "externalId": format!("acct_{c}"), "name": format!("Active {c}"),
+                    "lastActivityAt": active})
+                    .to_string()
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let report = import::import_text(&app.db, &o.organization_id, &lines)
+                .await
+                .expect("import");
+            assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        }
+        // Eight senders at once, each batch one customer's event ten days ago or later.
+        let senders = (0..8usize).map(|s| {
+            let (app, key) = (&app, org.public_key.clone());
+            async move {
+                for b in 0..12usize {
+                    let c = (s * 37 + b * 11) % 400;
+                    let when = at(((s * 12 + b) * 13) % (10 * 24)).timestamp_millis();
+                    let body = json!({"source": "server",
+                        "customerIdentity": {"customerId": format!("acct_{c}")},
+                        "events": [{"type": "custom", "eventName": "seat_added",
+                            "url": "https://app.example.com/", "path": "/", "timestamp": when}]});
+                    let r = app.ingest_unapplied(&key, body).await;
+                    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+                }
+            }
+        });
+        futures::future::join_all(senders).await;
+        app.settle().await;
+        // Customer 0 was never active until its event.
+        let first = entity::customer::Entity::find()
+            .filter(entity::customer::Column::OrganizationId.eq(&org.organization_id))
+            .filter(entity::customer::Column::ExternalId.eq("acct_0"))
+            .one(&app.db)
+            .await
+            .unwrap()
+            .expect("customer");
+        assert!(
+            first.last_activity_at.is_some(),
+            "the events were not applied"
+        );
+
+        for o in [&org, &other] {
+            let rows = entity::customer::Entity::find()
+                .filter(entity::customer::Column::OrganizationId.eq(&o.organization_id))
+                .all(&app.db)
+                .await
+                .unwrap();
+            // The kept counts, label by label, against the rows.
+            for (record, layout) in [
+                ("customer_activity_hours", "%Y-%m-%dT%H"),
+                ("customer_activity_days", "%Y-%m-%d"),
+            ] {
+                let kept: std::collections::BTreeMap<String, i64> = crate::import::pairs_of_org(
+                    &app,
+                    &format!(
+                        "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
+                         WHERE organization_id = ? AND record = '{record}' \
+                         GROUP BY bucket HAVING SUM(n) <> 0"
+                    ),
+                    &o.organization_id,
+                )
+                .await;
+                let mut counted = std::collections::BTreeMap::new();
+                for c in &rows {
+                    let label = c
+                        .last_activity_at
+                        .map_or("never".to_string(), |t| t.format(layout).to_string());
+                    *counted.entry(label).or_insert(0i64) += 1;
+                }
+                assert_eq!(kept, counted, "{record}");
+            }
+            // Totals from the kept counts for edges at chosen minutes of their hour (a list's
+            // edge falls at the minute of the call), against the rows.
+            let hour = now
+                .duration_trunc(Duration::hours(1))
+                .expect("a whole hour");
+            for back in [2, 20, 30, 80, 300, 2_000] {
+                for minute in [0, 10, 45] {
+                    let t = hour - Duration::hours(back) + Duration::minutes(minute);
+                    for (since, before, expected) in [
+                        (
+                            Some(t),
+                            None,
+                            rows.iter()
+                                .filter(|c| c.last_activity_at.is_some_and(|a| a >= t))
+                                .count(),
+                        ),
+                        (
+                            None,
+                            Some(t),
+                            rows.iter()
+                                .filter(|c| c.last_activity_at.is_none_or(|a| a < t))
+                                .count(),
+                        ),
+                    ] {
+                        use custintel::tools::record_counts::customers_by_activity;
+                        use entity::customer::Column;
+                        let total = customers_by_activity(&o.organization_id, since, before)
+                            .expect("one bound");
+                        let edge = match total.edge {
+                            Some((from, to)) => sea_orm::Condition::all()
+                                .add(Column::LastActivityAt.gte(from))
+                                .add(Column::LastActivityAt.lt(to)),
+                            // Nothing to count.
+                            None => sea_orm::Condition::all().add(Column::Id.is_null()),
+                        };
+                        let matching = entity::customer::Entity::find()
+                            .filter(Column::OrganizationId.eq(&o.organization_id))
+                            .filter(edge);
+                        let counted = custintel::tools::common::kept_plus_counted(
+                            &app.db, total.kept, matching,
+                        )
+                        .await
+                        .expect("total");
+                        assert_eq!(counted.count as usize, expected, "{since:?} {before:?}");
+                        assert!(counted.exact);
+                    }
+                }
+            }
+            // The lists' totals.
+            for within in ["3h", "5h", "1d", "36h", "3d", "7d", "30d", "60d"] {
+                let span = custintel::tools::common::parse_duration("t", within).unwrap();
+                let cutoff = now - span;
+                for (input, expected) in [
+                    (
+                        json!({"activeWithin": within}),
+                        rows.iter()
+                            .filter(|c| c.last_activity_at.is_some_and(|t| t > cutoff))
+                            .count(),
+                    ),
+                    (
+                        json!({"inactiveFor": within}),
+                        rows.iter()
+                            .filter(|c| c.last_activity_at.is_none_or(|t| t < cutoff))
+                            .count(),
+                    ),
+                ] {
+                    let mut input = input;
+                    input["limit"] = json!(7);
+                    let r = tool(&app, &o.api_key, "svc_list_customers", input.clone()).await;
+                    assert_eq!(r.status, StatusCode::OK, "{input}: {}", r.body);
+                    assert_eq!(r.body["pagination"]["total"], expected, "{input}");
+                    assert_eq!(r.body["pagination"]["totalExact"], true, "{input}");
+                    assert_eq!(field(&r, "id").len(), expected.min(7), "{input}");
+                }
             }
         }
     }
