@@ -27,12 +27,22 @@ impl KeptCount {
     /// migration's transaction (which the migration asks for), so that no write falls
     /// between the two.
     pub async fn up(&self, manager: &SchemaManager<'_>) -> Result<(), DbErr> {
+        self.create_and_backfill(manager, self.create(manager.get_database_backend()))
+            .await
+    }
+
+    /// Runs `triggers`, then writes the counts of the rows already there.
+    async fn create_and_backfill(
+        &self,
+        manager: &SchemaManager<'_>,
+        triggers: Vec<String>,
+    ) -> Result<(), DbErr> {
         let db = manager.get_connection();
-        let backend = manager.get_database_backend();
-        for statement in self.create(backend) {
+        for statement in triggers {
             db.execute_unprepared(&statement).await?;
         }
-        db.execute_unprepared(&self.backfill(backend)).await?;
+        db.execute_unprepared(&self.backfill(manager.get_database_backend()))
+            .await?;
         Ok(())
     }
 
@@ -278,13 +288,8 @@ impl KeptByBucket {
     /// Makes the triggers and writes the counts of the rows already there, in the migration's
     /// transaction.
     pub async fn up(&self, manager: &SchemaManager<'_>) -> Result<(), DbErr> {
-        let db = manager.get_connection();
-        let backend = manager.get_database_backend();
-        for statement in self.create(backend) {
-            db.execute_unprepared(&statement).await?;
-        }
-        db.execute_unprepared(&self.count.backfill(backend)).await?;
-        Ok(())
+        let triggers = self.create(manager.get_database_backend());
+        self.count.create_and_backfill(manager, triggers).await
     }
 
     /// Drops the triggers and the counts.

@@ -330,6 +330,12 @@ pub fn customers_by_activity(
 ) -> Option<ActivityTotal> {
     use sea_orm::sea_query::QueryStatementBuilder;
     let bucket = || Expr::col(Alias::new("bucket"));
+    // Labels in `[from, to)`.
+    let between = |from: String, to: &str| {
+        Condition::all()
+            .add(bucket().gte(from))
+            .add(bucket().lt(to))
+    };
     let sum = |record: &str, range: Condition| {
         let mut query = sum_of_counts(organization_id, record);
         query.cond_where(range);
@@ -340,12 +346,8 @@ pub fn customers_by_activity(
             let (hour, day) = (ceil_hour(t), ceil_day(t));
             (
                 // The hours before the first whole day; the days from it on.
-                Condition::all()
-                    .add(bucket().gte(hour_label(hour)))
-                    .add(bucket().lt(hour_label(day))),
-                Condition::all()
-                    .add(bucket().gte(day_label(day)))
-                    .add(bucket().lt(NEVER_ACTIVE)),
+                between(hour_label(hour), &hour_label(day)),
+                between(day_label(day), NEVER_ACTIVE),
                 (t < hour).then_some((t, hour)),
             )
         }
@@ -354,9 +356,7 @@ pub fn customers_by_activity(
             (
                 // The days before the last whole day, and the customers never active; the
                 // hours of that day before the last whole hour.
-                Condition::all()
-                    .add(bucket().gte(hour_label(day)))
-                    .add(bucket().lt(hour_label(hour))),
+                between(hour_label(day), &hour_label(hour)),
                 Condition::any()
                     .add(bucket().lt(day_label(day)))
                     .add(bucket().eq(NEVER_ACTIVE)),
