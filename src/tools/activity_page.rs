@@ -73,8 +73,8 @@ pub enum KnownTotal {
     /// customers in a revenue range (from its index).
     Counted(Total),
     /// Kept in part (the whole hours and days of an activity range) and the rest, the rows of
-    /// this condition, to be counted.
-    KeptPlus(Expr, Condition),
+    /// this condition when there is one, to be counted.
+    KeptPlus(Expr, Option<Condition>),
 }
 
 /// The rows of one page (up to `limit + 1`, so the caller can tell `hasMore`) and the total.
@@ -149,9 +149,10 @@ where
         // A first page whose total is a plain count (or a kept total and a count): both in
         // one statement (a round trip was most of a small list's cost on PostgreSQL).
         let total = match known {
-            Some(KnownTotal::KeptPlus(kept, edge)) => {
+            Some(KnownTotal::KeptPlus(kept, Some(edge))) => {
                 PageTotal::KeptPlusCounted(kept, E::find().filter(edge))
             }
+            Some(KnownTotal::KeptPlus(kept, None)) => PageTotal::Kept(kept),
             _ => PageTotal::Counted(E::find().filter(counted_bounded)),
         };
         return Ok(common::first_page(db, first_page().filter(bounded), total).await?);
@@ -183,8 +184,8 @@ where
             }
             Some(KnownTotal::Counted(total)) => return Ok(*total),
             Some(KnownTotal::KeptPlus(kept, edge)) => {
-                return common::kept_plus_counted(db, kept.clone(), E::find().filter(edge.clone()))
-                    .await
+                let matching = edge.as_ref().map(|e| E::find().filter(e.clone()));
+                return common::kept_plus_counted(db, kept.clone(), matching).await;
             }
             None => {}
         }

@@ -385,24 +385,19 @@ where
         PageTotal::Kept(kept) => (Some(kept), None),
         PageTotal::KeptPlusCounted(kept, matching) => (Some(kept), Some(matching)),
     };
-    let mut page = page.expr_as(
-        match &counted {
-            Some(matching) => count_up_to_expr(matching.clone(), EXACT_TOTAL_LIMIT + 1),
-            None => Expr::val(0i64),
-        },
-        TOTAL,
-    );
-    if let Some(kept) = &kept {
-        page = page.expr_as(kept.clone(), KEPT);
+    let mut page = page.expr_as(counted_expr(counted), TOTAL);
+    let has_kept = kept.is_some();
+    if let Some(kept) = kept {
+        page = page.expr_as(kept, KEPT);
     }
     let rows = db
         .query_all_raw(db.get_database_backend().build(&page.into_query()))
         .await?;
     let (models, counted) = models_and_count::<E>(&rows, TOTAL)?;
-    let kept_total = match (&kept, rows.first()) {
-        (Some(_), Some(row)) => Some(u64::try_from(row.try_get::<i64>("", KEPT)?).unwrap_or(0)),
-        (Some(_), None) => Some(0),
-        (None, _) => None,
+    let kept_total = match (has_kept, rows.first()) {
+        (true, Some(row)) => Some(u64::try_from(row.try_get::<i64>("", KEPT)?).unwrap_or(0)),
+        (true, None) => Some(0),
+        (false, _) => None,
     };
     Ok((models, total_of(kept_total, counted)))
 }
@@ -415,12 +410,21 @@ fn total_of(kept: Option<u64>, counted: u64) -> Total {
     }
 }
 
-/// A kept total plus the rows `matching` selects counted up to where totals stop being exact,
-/// in one statement.
+/// The rows `matching` selects counted up to where totals stop being exact, as a scalar
+/// subquery; 0 without rows to count.
+fn counted_expr<E: EntityTrait>(matching: Option<sea_orm::Select<E>>) -> Expr {
+    match matching {
+        Some(matching) => count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1),
+        None => Expr::val(0i64),
+    }
+}
+
+/// A kept total plus the rows `matching` selects (if any) counted up to where totals stop
+/// being exact, in one statement.
 pub async fn kept_plus_counted<E, C>(
     db: &C,
     kept: Expr,
-    matching: sea_orm::Select<E>,
+    matching: Option<sea_orm::Select<E>>,
 ) -> Result<Total, sea_orm::DbErr>
 where
     E: EntityTrait,
@@ -429,10 +433,7 @@ where
     use sea_orm::sea_query::{Alias, Query};
     let mut query = Query::select();
     query
-        .expr_as(
-            count_up_to_expr(matching, EXACT_TOTAL_LIMIT + 1),
-            Alias::new("counted_total"),
-        )
+        .expr_as(counted_expr(matching), Alias::new("counted_total"))
         .expr_as(kept, Alias::new("kept_total"));
     let row = db
         .query_one_raw(db.get_database_backend().build(&query))

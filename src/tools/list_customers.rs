@@ -189,17 +189,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             record_counts::customers_by_activity(&ctx.organization_id, range.since, range.before)
         })
         .flatten()
-        .map(|total| {
-            let edge = match total.edge {
-                Some((from, to)) => Condition::all()
-                    .add(Column::OrganizationId.eq(&ctx.organization_id))
-                    .add(Column::LastActivityAt.gte(from))
-                    .add(Column::LastActivityAt.lt(to)),
-                // Nothing to count.
-                None => Condition::all().add(Expr::val(false)),
-            };
-            KnownTotal::KeptPlus(total.kept, edge)
-        });
+        .map(|total| KnownTotal::KeptPlus(total.kept, total.edge));
     let known = kept
         .or(traits.counted_alone.map(KnownTotal::Counted))
         .or(revenue_total.map(KnownTotal::Counted))

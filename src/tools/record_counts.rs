@@ -313,11 +313,12 @@ fn ceil_day(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// A total of customers by last activity: `kept` sums the whole days and hours of the range
-/// from the kept counts, and the customers active in `edge` (`[from, to)`, part of one hour at
-/// the range's edge) are to be counted from the rows.
+/// from the kept counts, and the organization's customers `edge` selects (active in part of one
+/// hour at the range's edge; `None` when the range starts or ends on a whole hour) are to be
+/// counted from the rows.
 pub struct ActivityTotal {
     pub kept: Expr,
-    pub edge: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    pub edge: Option<sea_orm::Condition>,
 }
 
 /// The organization's customers active at or after `since` (`activeWithin`), or last active
@@ -365,6 +366,14 @@ pub fn customers_by_activity(
         }
         _ => return None,
     };
+    let edge = edge.map(|(from, to)| {
+        use entity::customer::Column;
+        use sea_orm::ColumnTrait;
+        sea_orm::Condition::all()
+            .add(Column::OrganizationId.eq(organization_id))
+            .add(Column::LastActivityAt.gte(from))
+            .add(Column::LastActivityAt.lt(to))
+    });
     Some(ActivityTotal {
         kept: sum(ACTIVITY_HOURS, hours).add(sum(ACTIVITY_DAYS, days)),
         edge,

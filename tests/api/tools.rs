@@ -1473,19 +1473,11 @@ db_test!(
                         ),
                     ] {
                         use custintel::tools::record_counts::customers_by_activity;
-                        use entity::customer::Column;
                         let total = customers_by_activity(&o.organization_id, since, before)
                             .expect("one bound");
-                        let edge = match total.edge {
-                            Some((from, to)) => sea_orm::Condition::all()
-                                .add(Column::LastActivityAt.gte(from))
-                                .add(Column::LastActivityAt.lt(to)),
-                            // Nothing to count.
-                            None => sea_orm::Condition::all().add(Column::Id.is_null()),
-                        };
-                        let matching = entity::customer::Entity::find()
-                            .filter(Column::OrganizationId.eq(&o.organization_id))
-                            .filter(edge);
+                        let matching = total
+                            .edge
+                            .map(|edge| entity::customer::Entity::find().filter(edge));
                         let counted = custintel::tools::common::kept_plus_counted(
                             &app.db, total.kept, matching,
                         )
