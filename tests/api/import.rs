@@ -271,9 +271,43 @@ pub(crate) async fn pairs_of_org<V: sea_orm::TryGetable>(
         .collect()
 }
 
+/// The organization's customers kept per hour and per day of last activity (the triggers')
+/// agree with the rows, label by label (computed here from each row's time).
+pub(crate) async fn assert_activity_counts(app: &TestApp, org: &str) {
+    let rows = entity::customer::Entity::find()
+        .filter(entity::customer::Column::OrganizationId.eq(org))
+        .all(&app.db)
+        .await
+        .expect("customers");
+    for (record, layout) in [
+        ("customer_activity_hours", "%Y-%m-%dT%H"),
+        ("customer_activity_days", "%Y-%m-%d"),
+    ] {
+        let kept: BTreeMap<String, i64> = pairs_of_org(
+            app,
+            &format!(
+                "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
+                 WHERE organization_id = ? AND record = '{record}' \
+                 GROUP BY bucket HAVING SUM(n) <> 0"
+            ),
+            org,
+        )
+        .await;
+        let mut counted = BTreeMap::new();
+        for c in &rows {
+            let label = c
+                .last_activity_at
+                .map_or("never".to_string(), |t| t.format(layout).to_string());
+            *counted.entry(label).or_insert(0i64) += 1;
+        }
+        assert_eq!(kept, counted, "{record}");
+    }
+}
+
 /// Each customer's kept counts (the triggers') of users, sources and facts per status agree
-/// with the rows.
+/// with the rows, and so do the customers' activity counts.
 pub(crate) async fn assert_counts_per_customer(app: &TestApp, org: &str) {
+    assert_activity_counts(app, org).await;
     for (record, table, bucket) in [
         ("customer_users", "users", "COALESCE(customer_id, '')"),
         ("customer_sources", "sources", "COALESCE(customer_id, '')"),

@@ -1425,29 +1425,7 @@ db_test!(
                 .await
                 .unwrap();
             // The kept counts, label by label, against the rows.
-            for (record, layout) in [
-                ("customer_activity_hours", "%Y-%m-%dT%H"),
-                ("customer_activity_days", "%Y-%m-%d"),
-            ] {
-                let kept: std::collections::BTreeMap<String, i64> = crate::import::pairs_of_org(
-                    &app,
-                    &format!(
-                        "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
-                         WHERE organization_id = ? AND record = '{record}' \
-                         GROUP BY bucket HAVING SUM(n) <> 0"
-                    ),
-                    &o.organization_id,
-                )
-                .await;
-                let mut counted = std::collections::BTreeMap::new();
-                for c in &rows {
-                    let label = c
-                        .last_activity_at
-                        .map_or("never".to_string(), |t| t.format(layout).to_string());
-                    *counted.entry(label).or_insert(0i64) += 1;
-                }
-                assert_eq!(kept, counted, "{record}");
-            }
+            crate::import::assert_activity_counts(&app, &o.organization_id).await;
             // Totals from the kept counts for edges at chosen minutes of their hour (a list's
             // edge falls at the minute of the call), against the rows.
             let hour = now
