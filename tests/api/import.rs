@@ -271,6 +271,21 @@ pub(crate) async fn pairs_of_org<V: sea_orm::TryGetable>(
         .collect()
 }
 
+/// The organization's kept counts of `record`, bucket by bucket (summed over shards), without
+/// the empty ones.
+async fn kept_per_bucket(app: &TestApp, org: &str, record: &str) -> BTreeMap<String, i64> {
+    pairs_of_org(
+        app,
+        &format!(
+            "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
+             WHERE organization_id = ? AND record = '{record}' \
+             GROUP BY bucket HAVING SUM(n) <> 0"
+        ),
+        org,
+    )
+    .await
+}
+
 /// The organization's customers kept per hour and per day of last activity (the triggers')
 /// agree with the rows, label by label (computed here from each row's time).
 pub(crate) async fn assert_activity_counts(app: &TestApp, org: &str) {
@@ -283,16 +298,7 @@ pub(crate) async fn assert_activity_counts(app: &TestApp, org: &str) {
         ("customer_activity_hours", "%Y-%m-%dT%H"),
         ("customer_activity_days", "%Y-%m-%d"),
     ] {
-        let kept: BTreeMap<String, i64> = pairs_of_org(
-            app,
-            &format!(
-                "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
-                 WHERE organization_id = ? AND record = '{record}' \
-                 GROUP BY bucket HAVING SUM(n) <> 0"
-            ),
-            org,
-        )
-        .await;
+        let kept = kept_per_bucket(app, org, record).await;
         let mut counted = BTreeMap::new();
         for c in &rows {
             let label = c
@@ -313,16 +319,7 @@ pub(crate) async fn assert_counts_per_customer(app: &TestApp, org: &str) {
         ("customer_sources", "sources", "COALESCE(customer_id, '')"),
         ("customer_facts", "facts", "customer_id || ':' || status"),
     ] {
-        let kept: BTreeMap<String, i64> = pairs_of_org(
-            app,
-            &format!(
-                "SELECT bucket, CAST(SUM(n) AS BIGINT) FROM record_counts \
-                 WHERE organization_id = ? AND record = '{record}' \
-                 GROUP BY bucket HAVING SUM(n) <> 0"
-            ),
-            org,
-        )
-        .await;
+        let kept = kept_per_bucket(app, org, record).await;
         let rows: BTreeMap<String, i64> = pairs_of_org(
             app,
             &format!(
