@@ -139,6 +139,11 @@ impl KeptCount {
     }
 
     fn sqlite(&self) -> Vec<String> {
+        self.sqlite_triggers(&self.each_bucket_column("old.{c} IS NOT new.{c}", " OR "))
+    }
+
+    /// SQLite: the insert and delete triggers, and the update trigger run `WHEN moved`.
+    fn sqlite_triggers(&self, moved: &str) -> Vec<String> {
         let Self {
             record,
             table,
@@ -146,7 +151,6 @@ impl KeptCount {
             ..
         } = self;
         let change = |row: &str, sign: i64| self.sqlite_change(row, sign);
-        let moved = self.each_bucket_column("old.{c} IS NOT new.{c}", " OR ");
         vec![
             format!(
                 "CREATE TRIGGER {record}_count_insert AFTER INSERT ON {table} BEGIN {} END",
@@ -337,16 +341,9 @@ impl KeptByBucket {
             columns,
         } = &self.count;
         if backend != DbBackend::Postgres {
-            // The insert and delete triggers as every kept count's; the update's own.
-            let mut statements: Vec<String> = self.count.sqlite().into_iter().take(2).collect();
-            statements.push(format!(
-                "CREATE TRIGGER {record}_count_update AFTER UPDATE OF organization_id, {columns} \
-                 ON {table} WHEN {} BEGIN {} {} END",
-                self.moved("old", "new", "IS NOT"),
-                self.count.sqlite_change("old", -1),
-                self.count.sqlite_change("new", 1),
-            ));
-            return statements;
+            return self
+                .count
+                .sqlite_triggers(&self.moved("old", "new", "IS NOT"));
         }
         let mut statements = vec![
             format!(
