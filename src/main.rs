@@ -95,6 +95,10 @@ enum BenchCommand {
     /// temporary SQLite file, or PostgreSQL with `--postgres`) answers ingest and platform
     /// writes: lines/s, and the server's 5xx and latencies.
     Import(custintel::ops::bench_import::ImportBenchArgs),
+    /// The search index alone, in memory (no database), at a million customers' documents by
+    /// default, on `bench tools`' template text and on text with a natural vocabulary: the
+    /// time of one search, and p50/p99 with concurrent callers.
+    Search(custintel::ops::bench_search::SearchBenchArgs),
     /// The automation engine under ingest load (50 organizations x 20 signals and 10
     /// automations with a webhook destination by default): ingest's peak with and without the
     /// automations, and acknowledgement-to-delivery latency at 10,000 events/s with 5% matching.
@@ -299,6 +303,7 @@ async fn run_bench(command: BenchCommand, database_url: &str) -> anyhow::Result<
         BenchCommand::Tools(args) => custintel::ops::bench::tools(args).await,
         BenchCommand::Startup(args) => custintel::ops::bench::startup(args).await,
         BenchCommand::Import(args) => custintel::ops::bench_import::run(args).await,
+        BenchCommand::Search(args) => custintel::ops::bench_search::run(args).await,
         BenchCommand::Automations(args) => custintel::ops::bench_automations::run(args).await,
         BenchCommand::Window(args) => {
             tokio::task::spawn_blocking(move || custintel::ops::bench_window::run(args)).await?

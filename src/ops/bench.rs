@@ -204,6 +204,28 @@ fn skewed_customer(rng: &mut StdRng, customers: usize) -> usize {
     3 + ((customers - 3) as f64 * r * r) as usize
 }
 
+/// The `i`th source's title and body: a template over [`WORDS`], so every source holds four
+/// of the twelve words (ten times each) and names one of them in its title.
+pub(crate) fn source_text(i: usize, source_type: &str) -> (String, String) {
+    let body: Vec<&str> = (0..40)
+        .map(|k| WORDS[(i * 7 + k * 3) % WORDS.len()])
+        .collect();
+    (
+        format!("{source_type} about {}", WORDS[i % WORDS.len()]),
+        body.join(" "),
+    )
+}
+
+/// The `f`th fact's statement.
+pub(crate) fn fact_text(f: usize) -> String {
+    format!("Cares about {} ({f})", WORDS[f % WORDS.len()])
+}
+
+/// The quote the `f`th fact rests on.
+pub(crate) fn fact_quote(f: usize) -> &'static str {
+    WORDS[f % WORDS.len()]
+}
+
 fn time(t: DateTime<Utc>) -> String {
     crate::timestamp::format(&t)
 }
@@ -275,15 +297,13 @@ fn write_book(path: &std::path::Path, s: Scale, seed: u64) -> Result<usize> {
         };
         let source_type = SOURCE_TYPES[rng.gen_range(0..SOURCE_TYPES.len())];
         cited.push((c as u32, source_type));
-        let body: Vec<&str> = (0..40)
-            .map(|k| WORDS[(i * 7 + k * 3) % WORDS.len()])
-            .collect();
+        let (title, body) = source_text(i, source_type);
         line(
             &mut out,
             json!({"kind": "source", "sourceType": source_type, "sourceId": format!("src_{i}"),
                 "customer": format!("cus_{c}"),
-                "title": format!("{source_type} about {}", WORDS[i % WORDS.len()]),
-                "body": body.join(" "),
+                "title": title,
+                "body": body,
                 "occurredAt": time(now - Duration::minutes(rng.gen_range(0..60 * 24 * 365))),
                 "permalink": format!("https://crm.example.com/src_{i}"),
                 "participants": [format!("user{c}@{}", domain(c))]}),
@@ -296,10 +316,10 @@ fn write_book(path: &std::path::Path, s: Scale, seed: u64) -> Result<usize> {
         line(
             &mut out,
             json!({"kind": "fact", "customer": domain(c),
-                "text": format!("Cares about {} ({f})", WORDS[f % WORDS.len()]),
+                "text": fact_text(f),
                 "status": if f % 5 == 0 { "SUPERSEDED" } else { "ACTIVE" },
                 "sourceType": source_type, "sourceId": format!("src_{i}"),
-                "sourceQuote": WORDS[f % WORDS.len()]}),
+                "sourceQuote": fact_quote(f)}),
         )?;
     }
     out.flush()?;

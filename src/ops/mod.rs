@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bench_automations;
 pub mod bench_import;
 pub mod bench_ingest;
+pub mod bench_search;
 pub mod bench_sqlite_floor;
 pub mod bench_window;
 pub mod cli;

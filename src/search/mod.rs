@@ -243,6 +243,29 @@ impl SearchIndex {
         self.inner.catch_up().await
     }
 
+    /// Indexes `docs` as the initial build would, without reading the database, and reports
+    /// the index built: for measuring the index alone (`bench search`). Blocking.
+    pub(crate) fn build_from_documents(
+        &self,
+        docs: impl IntoIterator<Item = IndexDoc>,
+    ) -> anyhow::Result<()> {
+        let inner = &self.inner;
+        inner
+            .writer
+            .lock()
+            .map_err(|_| anyhow::anyhow!("search index writer poisoned"))?
+            .set_merge_policy(Box::new(NoMergePolicy));
+        let mut docs = docs.into_iter().peekable();
+        while docs.peek().is_some() {
+            let chunk: Vec<IndexDoc> = docs.by_ref().take(PAGE as usize).collect();
+            inner.replace(&[], &chunk, false)?;
+        }
+        inner.replace(&[], &[], true)?;
+        inner.settle()?;
+        inner.progress.send_modify(|p| p.built = true);
+        Ok(())
+    }
+
     /// Bytes the index's segments hold (the index lives in memory).
     pub fn memory_bytes(&self) -> u64 {
         self.inner.memory_bytes()
@@ -459,7 +482,7 @@ async fn max_seq(db: &DatabaseConnection) -> anyhow::Result<i64> {
 }
 
 /// An artifact as the index stores it.
-struct IndexDoc {
+pub(crate) struct IndexDoc {
     key: String,
     organization_id: String,
     customer_id: Option<String>,
@@ -467,6 +490,31 @@ struct IndexDoc {
     occurred_ms: i64,
     title: String,
     body: String,
+}
+
+impl IndexDoc {
+    /// An artifact's document from its parts (`bench search` indexes generated text this way).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        kind: ArtifactKind,
+        id: &str,
+        organization_id: &str,
+        customer_id: Option<&str>,
+        source_type: &str,
+        occurred_ms: i64,
+        title: String,
+        body: String,
+    ) -> Self {
+        IndexDoc {
+            key: artifact_key(kind, id),
+            organization_id: organization_id.to_string(),
+            customer_id: customer_id.map(str::to_string),
+            source_type: source_type.to_string(),
+            occurred_ms,
+            title,
+            body,
+        }
+    }
 }
 
 impl From<&source::Model> for IndexDoc {
