@@ -186,32 +186,41 @@ fn documents(
 }
 
 /// At most as many searches at once as the machine has cores, as the service's worker
-/// threads run its calls: a call waits for a free one rather than sharing a core.
+/// threads run its calls: a call waits for a free one rather than sharing a core, and calls
+/// start in the order they came (a ticket each), so no caller waits behind later ones.
 struct Workers {
-    free: Mutex<usize>,
-    freed: Condvar,
+    cores: u64,
+    /// Tickets handed out, and calls finished.
+    tickets: Mutex<(u64, u64)>,
+    finished: Condvar,
 }
 
 impl Workers {
     fn new() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
-            free: Mutex::new(cores),
-            freed: Condvar::new(),
+            cores: cores as u64,
+            tickets: Mutex::new((0, 0)),
+            finished: Condvar::new(),
         }
     }
 
     fn run<T>(&self, work: impl FnOnce() -> T) -> T {
         {
-            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            while *free == 0 {
-                free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+            let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+            let ticket = tickets.0;
+            tickets.0 += 1;
+            // Tickets start in order, so fewer than `cores` run while this one waits.
+            while ticket >= tickets.1 + self.cores {
+                tickets = self
+                    .finished
+                    .wait(tickets)
+                    .unwrap_or_else(|e| e.into_inner());
             }
-            *free -= 1;
         }
         let result = work();
-        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.freed.notify_one();
+        self.tickets.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+        self.finished.notify_all();
         result
     }
 }
