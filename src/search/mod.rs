@@ -250,18 +250,13 @@ impl SearchIndex {
         docs: impl IntoIterator<Item = IndexDoc>,
     ) -> anyhow::Result<()> {
         let inner = &self.inner;
-        inner
-            .writer
-            .lock()
-            .map_err(|_| anyhow::anyhow!("search index writer poisoned"))?
-            .set_merge_policy(Box::new(NoMergePolicy));
+        inner.begin_build()?;
         let mut docs = docs.into_iter().peekable();
         while docs.peek().is_some() {
             let chunk: Vec<IndexDoc> = docs.by_ref().take(PAGE as usize).collect();
             inner.replace(&[], &chunk, false)?;
         }
-        inner.replace(&[], &[], true)?;
-        inner.settle()?;
+        inner.finish_build()?;
         inner.progress.send_modify(|p| p.built = true);
         Ok(())
     }
@@ -593,11 +588,24 @@ impl Inner {
         Ok(())
     }
 
-    /// Merges the build's segments into one and restores the usual merge policy, before the
-    /// index is reported built. Left to the background, merging a million customers' segments
-    /// took most of a core for a minute after the build, and tool calls waited on it; one
-    /// segment is also what a search reads fastest. Blocking.
-    fn settle(&self) -> anyhow::Result<()> {
+    /// Empties the index for a build, and holds merges until its end (see `finish_build`).
+    /// Blocking.
+    fn begin_build(&self) -> anyhow::Result<()> {
+        let writer = self
+            .writer
+            .lock()
+            .map_err(|_| anyhow::anyhow!("search index writer poisoned"))?;
+        writer.delete_all_documents()?;
+        writer.set_merge_policy(Box::new(NoMergePolicy));
+        Ok(())
+    }
+
+    /// Commits the build, then merges its segments into one and restores the usual merge
+    /// policy, before the index is reported built. Left to the background, merging a million
+    /// customers' segments took most of a core for a minute after the build, and tool calls
+    /// waited on it; one segment is also what a search reads fastest. Blocking.
+    fn finish_build(&self) -> anyhow::Result<()> {
+        self.replace(&[], &[], true)?;
         let mut writer = self
             .writer
             .lock()
@@ -631,15 +639,8 @@ impl Inner {
     async fn build(self: &Arc<Self>, state: &mut FollowState) -> anyhow::Result<()> {
         let started = Instant::now();
         let start_seq = max_seq(&self.db).await?;
-        {
-            let writer = self
-                .writer
-                .lock()
-                .map_err(|_| anyhow::anyhow!("search index writer poisoned"))?;
-            writer.delete_all_documents()?;
-            // Segments are merged once, at the end of the build (see `settle`).
-            writer.set_merge_policy(Box::new(NoMergePolicy));
-        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.begin_build()).await??;
         let mut count = 0usize;
         let mut after = String::new();
         loop {
@@ -676,9 +677,7 @@ impl Inner {
             tokio::task::spawn_blocking(move || this.replace(&[], &docs, false)).await??;
         }
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.replace(&[], &[], true)).await??;
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || this.settle()).await??;
+        tokio::task::spawn_blocking(move || this.finish_build()).await??;
         state.last_seq = start_seq;
         state.gaps.clear();
         self.progress.send_replace(Progress {
