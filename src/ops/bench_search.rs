@@ -218,10 +218,20 @@ impl Workers {
                     .unwrap_or_else(|e| e.into_inner());
             }
         }
-        let result = work();
-        self.tickets.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
-        self.finished.notify_all();
-        result
+        // Counted finished however the work ends, so a caller that panics cannot leave the
+        // others waiting for ever.
+        let _finished = Finished(self);
+        work()
+    }
+}
+
+/// Marks a call finished when dropped.
+struct Finished<'a>(&'a Workers);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.tickets.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+        self.0.finished.notify_all();
     }
 }
 
