@@ -9,6 +9,7 @@ pub mod correlation;
 pub mod described_rules;
 pub mod envelope;
 pub mod examples;
+pub mod json_answer;
 pub mod links;
 pub mod mcp;
 pub mod metrics;

@@ -12,16 +12,13 @@
 //!   its most common), in titles and bodies of the same lengths, as real calls and emails
 //!   have.
 //!
-//! Each text is searched by `--concurrency` callers for `--seconds` (at most one search per
-//! core at once, as the service's worker threads run calls) with two random words of the
+//! Each text is searched by `--concurrency` callers for `--seconds` (admitted as the service
+//! admits searches: at most one per core at once, in the order they came) with two random words of the
 //! twelve, `topK` 10, over the large organization (small organizations hold a few
 //! documents beside it, so the organization filter is checked as in a real index), and by one
 //! caller for the CPU time of one search.
 
-use std::{
-    sync::{Condvar, Mutex},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -185,97 +182,46 @@ fn documents(
     docs
 }
 
-/// At most as many searches at once as the machine has cores, as the service's worker
-/// threads run its calls: a call waits for a free one rather than sharing a core, and calls
-/// start in the order they came (a ticket each), so no caller waits behind later ones.
-struct Workers {
-    cores: u64,
-    /// Tickets handed out, and calls finished.
-    tickets: Mutex<(u64, u64)>,
-    finished: Condvar,
-}
-
-impl Workers {
-    fn new() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self {
-            cores: cores as u64,
-            tickets: Mutex::new((0, 0)),
-            finished: Condvar::new(),
-        }
-    }
-
-    fn run<T>(&self, work: impl FnOnce() -> T) -> T {
-        {
-            let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-            let ticket = tickets.0;
-            tickets.0 += 1;
-            // Tickets start in order, so fewer than `cores` run while this one waits.
-            while ticket >= tickets.1 + self.cores {
-                tickets = self
-                    .finished
-                    .wait(tickets)
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-        }
-        // Counted finished however the work ends, so a caller that panics cannot leave the
-        // others waiting for ever.
-        let _finished = Finished(self);
-        work()
-    }
-}
-
-/// Marks a call finished when dropped.
-struct Finished<'a>(&'a Workers);
-
-impl Drop for Finished<'_> {
-    fn drop(&mut self) {
-        self.0.tickets.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
-        self.0.finished.notify_all();
-    }
-}
-
 /// Latencies of searches by `callers` callers for `duration` (each from its call to its
-/// answer, waiting for a worker included), sorted.
-fn search_for(index: &SearchIndex, callers: usize, duration: Duration) -> Result<Vec<Duration>> {
-    let filter = SearchFilter {
-        organization_id: LARGE_ORG.to_string(),
-        ..SearchFilter::default()
-    };
-    let workers = Workers::new();
+/// answer, waiting for admission included), sorted. Searches go through the service's own
+/// admission ([`SearchIndex::search_admitted`]).
+async fn search_for(
+    index: &SearchIndex,
+    callers: usize,
+    duration: Duration,
+) -> Result<Vec<Duration>> {
     let deadline = Instant::now() + duration;
-    let mut all = std::thread::scope(|scope| -> Result<Vec<Duration>> {
-        let callers: Vec<_> = (0..callers)
-            .map(|caller| {
-                let (filter, workers) = (&filter, &workers);
-                scope.spawn(move || -> Result<Vec<Duration>> {
-                    let mut rng = StdRng::seed_from_u64(caller as u64);
-                    let mut latencies = Vec::new();
-                    while Instant::now() < deadline {
-                        let query = format!(
-                            "{} {}",
-                            WORDS[rng.gen_range(0..WORDS.len())],
-                            WORDS[rng.gen_range(0..WORDS.len())]
-                        );
-                        let started = Instant::now();
-                        let hits = workers.run(|| index.search(&query, filter, 10))?;
-                        latencies.push(started.elapsed());
-                        anyhow::ensure!(!hits.is_empty(), "no hit for `{query}`");
-                    }
-                    Ok(latencies)
-                })
+    let callers: Vec<_> = (0..callers)
+        .map(|caller| {
+            let index = index.clone();
+            tokio::spawn(async move {
+                let filter = SearchFilter {
+                    organization_id: LARGE_ORG.to_string(),
+                    ..SearchFilter::default()
+                };
+                let mut rng = StdRng::seed_from_u64(caller as u64);
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let query = format!(
+                        "{} {}",
+                        WORDS[rng.gen_range(0..WORDS.len())],
+                        WORDS[rng.gen_range(0..WORDS.len())]
+                    );
+                    let started = Instant::now();
+                    let hits = index
+                        .search_admitted(query.clone(), filter.clone(), 10)
+                        .await?;
+                    latencies.push(started.elapsed());
+                    anyhow::ensure!(!hits.is_empty(), "no hit for `{query}`");
+                }
+                Ok::<_, anyhow::Error>(latencies)
             })
-            .collect();
-        let mut all = Vec::new();
-        for caller in callers {
-            all.extend(
-                caller
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a caller panicked"))??,
-            );
-        }
-        Ok(all)
-    })?;
+        })
+        .collect();
+    let mut all = Vec::new();
+    for caller in callers {
+        all.extend(caller.await??);
+    }
     all.sort();
     Ok(all)
 }
@@ -301,15 +247,10 @@ async fn measure(args: &SearchBenchArgs, text: SearchText, vocabulary: &Vocabula
         started.elapsed()
     };
     let mib = index.memory_bytes() as f64 / (1 << 20) as f64;
-    let index_for_calls = index.clone();
     let (callers, seconds) = (args.concurrency.max(1), args.seconds.max(1));
-    let (one, many) = tokio::task::spawn_blocking(move || -> Result<_> {
-        search_for(&index_for_calls, callers, WARM_UP)?;
-        let one = search_for(&index_for_calls, 1, ONE_CALLER)?;
-        let many = search_for(&index_for_calls, callers, Duration::from_secs(seconds))?;
-        Ok((one, many))
-    })
-    .await??;
+    search_for(&index, callers, WARM_UP).await?;
+    let one = search_for(&index, 1, ONE_CALLER).await?;
+    let many = search_for(&index, callers, Duration::from_secs(seconds)).await?;
     let p99 = ms(percentile(&many, 0.99));
     println!(
         "{:<9} {:>10} {:>8.1} {:>7.0} {:>10.2} {:>8} {:>8.2} {:>8.2} {:>12.2}",
@@ -375,8 +316,8 @@ mod tests {
         assert!(analysed.iter().all(|words| words.len() == 1));
     }
 
-    #[test]
-    fn both_texts_build_an_index_that_finds_every_query_word() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn both_texts_build_an_index_that_finds_every_query_word() {
         let vocabulary = Vocabulary::new();
         for text in [SearchText::Template, SearchText::Natural] {
             let index = SearchIndex::new(sea_orm::DatabaseConnection::default()).expect("index");
@@ -394,7 +335,9 @@ mod tests {
                 assert_eq!(hits.len(), 10, "{text:?}: `{word}`");
                 assert!(hits.iter().all(|h| h.id.starts_with(LARGE_ORG)), "{text:?}");
             }
-            let latencies = search_for(&index, 3, Duration::from_millis(50)).expect("callers");
+            let latencies = search_for(&index, 3, Duration::from_millis(50))
+                .await
+                .expect("callers");
             assert!(!latencies.is_empty());
             assert!(latencies.windows(2).all(|w| w[0] <= w[1]));
         }

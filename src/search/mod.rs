@@ -128,6 +128,8 @@ struct Inner {
     analyzer: TextAnalyzer,
     follow: tokio::sync::Mutex<FollowState>,
     progress: tokio::sync::watch::Sender<Progress>,
+    /// Searches that may run at once: one per core ([`SearchIndex::search_admitted`]).
+    searching: Arc<tokio::sync::Semaphore>,
 }
 
 /// A handle to the search index, cheap to clone; every clone shares one index.
@@ -186,6 +188,9 @@ impl SearchIndex {
                 analyzer,
                 follow: tokio::sync::Mutex::new(FollowState::default()),
                 progress,
+                searching: Arc::new(tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                )),
             }),
         })
     }
@@ -280,6 +285,27 @@ impl SearchIndex {
         limit: usize,
     ) -> anyhow::Result<Vec<Hit>> {
         self.search_with(text, filter, limit, None)
+    }
+
+    /// [`SearchIndex::search`] off the request threads: on a blocking thread, at most one
+    /// search per core at a time, callers admitted in the order they came. A search over a
+    /// large organization's common words takes tens of milliseconds of CPU; on one of the
+    /// request runtime's few threads it would hold every other request waiting there (ingest's
+    /// acknowledgements among them) for that long, and more searches at once than cores would
+    /// only share the cores and all finish later.
+    pub async fn search_admitted(
+        &self,
+        text: String,
+        filter: SearchFilter,
+        limit: usize,
+    ) -> anyhow::Result<Vec<Hit>> {
+        let admitted = self.inner.searching.clone().acquire_owned().await?;
+        let index = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _admitted = admitted;
+            index.search(&text, &filter, limit)
+        })
+        .await?
     }
 
     /// [`SearchIndex::search`], by the given strategy or else the cheaper one.

@@ -618,7 +618,16 @@ pub fn page<T>(
             }
         })
         .collect();
-    json!({ "items": items, "pagination": pagination(has_more, next_cursor, total) })
+    list_answer(items, pagination(has_more, next_cursor, total))
+}
+
+/// A list tool's answer, `{items, pagination}`: built from its parts rather than with
+/// `json!`, which would write every item out and read it back.
+pub fn list_answer(items: Vec<Value>, pagination: Value) -> Value {
+    let mut answer = Map::new();
+    answer.insert("items".into(), Value::Array(items));
+    answer.insert("pagination".into(), pagination);
+    Value::Object(answer)
 }
 
 /// The `pagination` object of a list tool's answer.

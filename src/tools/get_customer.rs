@@ -121,10 +121,10 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .iter()
             .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status.as_str(), "mrrCents": b.mrr_cents }))
             .collect();
-        obj.insert(
-            "revenue".into(),
-            json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status.as_str(), "history": history }),
-        );
+        let mut revenue =
+            json!({ "mrrCents": c.mrr_cents, "billingStatus": c.billing_status.as_str() });
+        revenue["history"] = Value::Array(history);
+        obj.insert("revenue".into(), revenue);
         total("revenue", count);
     }
     if include.contains(&Section::RecentTimeline) {

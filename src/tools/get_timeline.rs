@@ -2,10 +2,13 @@
 
 use chrono::Utc;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{
-    common::{pagination, parse_duration, parse_timestamp, resolve_customer, Cursor, ListRequest},
+    common::{
+        list_answer, pagination, parse_duration, parse_timestamp, resolve_customer, Cursor,
+        ListRequest,
+    },
     timeline::{self, Channels, Position, Window},
     ToolContext, ToolError, ToolResult,
 };
@@ -119,5 +122,5 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         _ => String::new(),
     };
     let items: Vec<Value> = entries.into_iter().map(|e| e.value).collect();
-    Ok(json!({ "items": items, "pagination": pagination(has_more, next_cursor, total) }))
+    Ok(list_answer(items, pagination(has_more, next_cursor, total)))
 }

@@ -20,17 +20,19 @@ pub const CUSTOMER_FIELDS: &[&str] = &[
 pub const CUSTOMER_IDS: &[&str] = &["id"];
 
 pub fn customer(c: &customer::Model) -> Value {
-    json!({
-        "id": c.id,
-        "name": c.name,
-        "domain": c.domain,
-        "externalId": c.external_id,
-        "billingStatus": c.billing_status.as_str(),
-        "mrrCents": c.mrr_cents,
-        "lastActivityAt": ts_opt(&c.last_activity_at),
-        "traits": c.traits,
-        "createdAt": ts(&c.created_at),
-    })
+    with_traits(
+        &c.traits,
+        json!({
+            "id": c.id,
+            "name": c.name,
+            "domain": c.domain,
+            "externalId": c.external_id,
+            "billingStatus": c.billing_status.as_str(),
+            "mrrCents": c.mrr_cents,
+            "lastActivityAt": ts_opt(&c.last_activity_at),
+            "createdAt": ts(&c.created_at),
+        }),
+    )
 }
 
 pub const USER_FIELDS: &[&str] = &[
@@ -47,17 +49,28 @@ pub const USER_FIELDS: &[&str] = &[
 pub const USER_IDS: &[&str] = &["id"];
 
 pub fn user(u: &user::Model) -> Value {
-    json!({
-        "id": u.id,
-        "customerId": u.customer_id,
-        "email": u.email,
-        "externalId": u.external_id,
-        "name": u.name,
-        "stage": u.stage,
-        "traits": u.traits,
-        "lastActivityAt": ts_opt(&u.last_activity_at),
-        "createdAt": ts(&u.created_at),
-    })
+    with_traits(
+        &u.traits,
+        json!({
+            "id": u.id,
+            "customerId": u.customer_id,
+            "email": u.email,
+            "externalId": u.external_id,
+            "name": u.name,
+            "stage": u.stage,
+            "lastActivityAt": ts_opt(&u.last_activity_at),
+            "createdAt": ts(&u.created_at),
+        }),
+    )
+}
+
+/// `record` with its `traits`, copied as a tree (`json!` would write them out and read them
+/// back, key by key).
+fn with_traits(traits: &Value, mut record: Value) -> Value {
+    if let Value::Object(fields) = &mut record {
+        fields.insert("traits".into(), traits.clone());
+    }
+    record
 }
 
 pub const WORKSPACE_USER_FIELDS: &[&str] = &["id", "name", "email", "role"];

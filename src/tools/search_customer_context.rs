@@ -140,7 +140,8 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         after_ms: after.map(|a| a.timestamp_millis()),
     };
     let hits = index
-        .search(&query, &filter, top_k)
+        .search_admitted(query.clone(), filter, top_k)
+        .await
         .map_err(|e| ToolError::Internal(format!("search failed: {e}")))?;
     let words = index.analyze(&query);
     let rows = load_hits(ctx.db().await?, &ctx.organization_id, &hits).await?;

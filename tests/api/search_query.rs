@@ -1472,3 +1472,34 @@ db_test!(
         }
     }
 );
+
+db_test!(
+    concurrent_searches_answer_as_one_alone,
+    |app: TestApp| async move {
+        // More callers than cores at once, from two organizations: searches wait their turn
+        // for a core and each answers what it answers alone, with its own organization's
+        // artifacts only.
+        let s = seed(&app).await;
+        let alone = search_for(&app, &s.org, json!({ "query": "renewal pricing" }))
+            .await
+            .expect("search");
+        let other_alone = search_for(&app, &s.other_org, json!({ "query": "renewal pricing" }))
+            .await
+            .expect("search");
+        assert!(!ids(&alone).is_empty() && !ids(&other_alone).is_empty());
+        let (app, s) = (&app, &s);
+        let calls = (0..24).map(|k| {
+            let org = if k % 2 == 0 { &s.org } else { &s.other_org };
+            async move {
+                let found = search_for(app, org, json!({ "query": "renewal pricing" })).await;
+                (org.clone(), found.expect("search"))
+            }
+        });
+        for (org, found) in futures::future::join_all(calls).await {
+            let expected = if org == s.org { &alone } else { &other_alone };
+            assert_eq!(without_scores(&found), without_scores(expected));
+        }
+        // The two organizations' answers tell them apart (their customers differ).
+        assert_ne!(without_scores(&alone), without_scores(&other_alone));
+    }
+);

@@ -13,6 +13,7 @@ use crate::{
     auth::{authenticate, authenticate_reading, AuthError},
     http::api::ApiKeyAuth,
     http::envelope::{request_issues, ErrorBody},
+    http::json_answer::JsonAnswer,
     http::request::JsonBody,
     tools::{self, registry, ToolContext},
 };
@@ -42,7 +43,7 @@ pub enum ToolCallResponse {
     /// The tool's result: list tools answer `{items, pagination: {hasMore, nextCursor, total}}`,
     /// lookups the record.
     #[oai(status = 200)]
-    Ok(Json<Value>),
+    Ok(JsonAnswer),
     /// Invalid JSON, an unknown tool or an input that breaks the tool's contract (`details`
     /// name each offending field), or a call the tool refuses.
     #[oai(status = 400)]
@@ -201,7 +202,7 @@ impl ToolsApi {
         let body = body.0;
         let input = body.input.map(|m| Value::Object(m.into_iter().collect()));
         match tools::call(ctx, &body.tool, input).await {
-            Ok(result) => ToolCallResponse::Ok(Json(result)),
+            Ok(result) => ToolCallResponse::Ok(JsonAnswer(result)),
             Err(e) => e.into(),
         }
     }
