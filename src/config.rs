@@ -17,6 +17,7 @@ pub async fn open_state(database_url: &str, public_url: &str) -> anyhow::Result<
         search,
         agents: crate::agents::AgentsConfig::from_env(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     })
 }
 

@@ -22,4 +22,6 @@ pub struct AppState {
     pub agents: crate::llm::AgentsConfig,
     /// Which trigrams are common among customers' and users' names (PostgreSQL's name lookups).
     pub name_trigrams: crate::db::name_trigrams::CommonTrigrams,
+    /// The blocks of tool calls this instance has counted toward organizations' allowances.
+    pub allowance: crate::tools::allowance_grants::AllowanceGrants,
 }

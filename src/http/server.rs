@@ -74,6 +74,7 @@ pub fn openapi_value() -> Value {
         search,
         agents: Default::default(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     };
     let ingest = configured_ingest(&state.db);
     openapi_document(&api::service(state, ingest).spec())
@@ -296,6 +297,7 @@ pub async fn serve_ingest_until(
     // connections, requests in flight answered after their commits, then what was
     // acknowledged is applied, all within `SHUTDOWN_LIMIT`.
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<tokio::time::Instant>();
+    let (allowance, main_db) = (state.allowance.clone(), state.db.clone());
     let served = Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(
             app(state, ingest),
@@ -308,6 +310,10 @@ pub async fn serve_ingest_until(
         )
         .await;
     workers.stop(stopping.await.ok()).await;
+    // The tool calls this instance counted and did not make stop counting.
+    if let Ok(counts) = crate::tools::allowance::usage_db(&main_db).await {
+        allowance.give_back_all(&counts).await;
+    }
     served?;
     Ok(())
 }

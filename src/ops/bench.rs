@@ -1242,6 +1242,7 @@ async fn measure_all(
         search: crate::search::SearchIndex::start(conn.clone())?,
         agents: Default::default(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     };
     let search = state.search.clone();
     let server = bench_ingest::BenchInstance::serve(state).await?;

@@ -294,6 +294,7 @@ async fn measure(
         search: crate::search::SearchIndex::start(server_db.clone())?,
         agents: Default::default(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     };
     let server = crate::ops::bench_ingest::BenchInstance::serve(state).await?;
     let base = format!("http://{}", server.addr);

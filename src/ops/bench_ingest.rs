@@ -737,6 +737,7 @@ pub(crate) async fn start_instance(
         search: crate::search::SearchIndex::new(conn)?,
         agents: Default::default(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     };
     BenchInstance::serve(state).await
 }

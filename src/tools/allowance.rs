@@ -35,68 +35,113 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
         .map_or(0, |t| t.timestamp_millis())
 }
 
-/// Counts one call, or refuses it with 402 when the cycle's allowance is used up. The
-/// conditional increment is one statement, so concurrent calls (also from several instances
-/// on one PostgreSQL database) never push the count past the limit.
+/// Counts one call, or refuses it with 402 when the cycle's allowance is used up. Calls are
+/// counted in blocks ([`super::allowance_grants`]); a block is counted by one conditional
+/// statement, so concurrent calls (also from several instances on one PostgreSQL database)
+/// never push the count past the limit.
 pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
-    let (db, organization_id) = (&ctx.state.db, ctx.organization_id.as_str());
     let now = Utc::now();
     let cycle = cycle_of(now);
-    let backend = db.get_database_backend();
-    let counted = if backend == DbBackend::Postgres {
-        // One statement reads the organization's limit and counts the call: a tool call's
-        // fixed cost on PostgreSQL is mostly its round trips. The count commits without
-        // waiting for its WAL to reach the disk (`synchronous_commit` off for this statement's
-        // own transaction alone): every call of an organization updates the same row, and its
-        // lock is held until the commit returns, so with the flush inside it the
-        // organization's concurrent calls took turns at the disk's pace. A crash of the server
-        // may forget the last fraction of a second of counts; it never counts a call twice,
-        // and every other write keeps its durable commit. It runs on the call's own
-        // connection, which its reads then use (no second connection taken from the pool).
-        ctx.db()
-            .await?
-            .execute_raw(Statement::from_sql_and_values(
-                backend,
-                "INSERT INTO api_usage (organization_id, cycle, calls) SELECT o.id, $2, 1 \
-                 FROM organizations AS o, (SELECT set_config('synchronous_commit', 'off', true)) \
-                 AS unflushed WHERE o.id = $1 AND COALESCE(o.api_call_limit, 1) >= 1 \
-                 ON CONFLICT (organization_id, cycle) DO UPDATE SET calls = api_usage.calls + 1 \
-                 WHERE api_usage.calls < (SELECT COALESCE(l.api_call_limit, $3) \
-                 FROM organizations AS l WHERE l.id = $1)",
-                [organization_id.into(), cycle.into(), i64::MAX.into()],
-            ))
-            .await?
-            .rows_affected()
-    } else {
-        // SQLite: the counts are in a file of their own, so the limit is read first (a read
-        // on the calling thread, no round trip).
-        let usage = usage_db(db).await?;
-        let limit = plan_of(ctx).await?.api_call_limit.unwrap_or(i64::MAX);
-        if limit < 1 {
-            0
-        } else {
-            // One statement, one write: the cycle's row is made by the first call of the cycle
-            // and incremented by the others, only while under the limit.
-            usage
-                .execute_raw(Statement::from_sql_and_values(
-                    backend,
-                    "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, 1) \
-                     ON CONFLICT (organization_id, cycle) DO UPDATE \
-                     SET calls = api_usage.calls + 1 WHERE api_usage.calls < $3",
-                    [organization_id.into(), cycle.into(), limit.into()],
-                ))
-                .await?
-                .rows_affected()
-        }
-    };
-    if counted == 1 {
+    let block = ctx.state.allowance.of(&ctx.organization_id, &cycle);
+    // The organization's calls on this instance take turns here only while a block is counted.
+    let mut block = block.lock().await;
+    if block.take_one() {
         return Ok(());
     }
+    let counts = usage_db(&ctx.state.db).await?;
+    ctx.state.allowance.start_sweeping(&counts);
+    let mut size = block.wanted();
+    let mut counted = count_block(ctx, &counts, &cycle, size).await?;
+    if counted.is_none() && size > 1 {
+        // Less than a block is left: this call alone, exactly.
+        size = 1;
+        counted = count_block(ctx, &counts, &cycle, size).await?;
+    }
+    if let Some(headroom) = counted {
+        block.granted(size, headroom);
+        return Ok(());
+    }
+    block.refused();
+    drop(block);
     let org = plan_of(ctx).await?;
     Err(ToolError::LimitExceeded {
         plan: org.plan,
         limit: org.api_call_limit.unwrap_or_default(),
         reset_at: next_cycle_start_ms(now),
+    })
+}
+
+/// Adds `size` calls to the organization's count in `cycle` if the limit allows all of them;
+/// answers what the limit leaves after them, or `None` (nothing counted).
+async fn count_block(
+    ctx: &super::ToolContext,
+    counts: &DatabaseConnection,
+    cycle: &str,
+    size: u64,
+) -> ToolResult<Option<u64>> {
+    let organization_id = ctx.organization_id.as_str();
+    let size = size.min(i64::MAX as u64) as i64;
+    let backend = counts.get_database_backend();
+    if backend == DbBackend::Postgres {
+        // One statement reads the organization's limit and counts the block. It commits
+        // without waiting for its WAL to reach the disk (`synchronous_commit` off for this
+        // statement's own transaction alone): the organization's blocks update one row, whose
+        // lock is held until the commit returns. A crash of the server may forget the last
+        // fraction of a second of counts; it never counts a call twice, and every other write
+        // keeps its durable commit. It runs on the call's own connection, which its reads then
+        // use (no second connection taken from the pool).
+        let row = ctx
+            .db()
+            .await?
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                "INSERT INTO api_usage (organization_id, cycle, calls) SELECT o.id, $2, $3 \
+                 FROM organizations AS o, (SELECT set_config('synchronous_commit', 'off', true)) \
+                 AS unflushed WHERE o.id = $1 AND COALESCE(o.api_call_limit, $4) >= $3 \
+                 ON CONFLICT (organization_id, cycle) DO UPDATE SET calls = api_usage.calls + $3 \
+                 WHERE api_usage.calls <= (SELECT COALESCE(l.api_call_limit, $4) \
+                 FROM organizations AS l WHERE l.id = $1) - $3 \
+                 RETURNING (SELECT COALESCE(l.api_call_limit, $4) \
+                 FROM organizations AS l WHERE l.id = $1) - calls",
+                [
+                    organization_id.into(),
+                    cycle.into(),
+                    size.into(),
+                    i64::MAX.into(),
+                ],
+            ))
+            .await?;
+        return Ok(match row {
+            Some(row) => Some(row.try_get_by_index::<i64>(0)?.max(0) as u64),
+            None => None,
+        });
+    }
+    // SQLite: the counts are in a file of their own, so the limit is read first (a read on the
+    // calling thread, no round trip).
+    let limit = plan_of(ctx).await?.api_call_limit.unwrap_or(i64::MAX);
+    if limit < size {
+        return Ok(None);
+    }
+    // One statement, one write: the cycle's row is made by the first block of the cycle and
+    // added to by the others, only while the limit allows the whole block.
+    let row = counts
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            "INSERT INTO api_usage (organization_id, cycle, calls) VALUES ($1, $2, $3) \
+             ON CONFLICT (organization_id, cycle) DO UPDATE \
+             SET calls = api_usage.calls + $3 WHERE api_usage.calls <= $4 - $3 \
+             RETURNING calls",
+            [
+                organization_id.into(),
+                cycle.into(),
+                size.into(),
+                limit.into(),
+            ],
+        ))
+        .await?;
+    Ok(match row {
+        Some(row) => Some(limit.saturating_sub(row.try_get_by_index::<i64>(0)?).max(0) as u64),
+        None => None,
     })
 }
 

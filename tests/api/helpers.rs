@@ -106,6 +106,7 @@ pub async fn state_without_server(
         search: custintel::search::SearchIndex::new(db).expect("search index"),
         agents: Default::default(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     };
     Some((state, tmp))
 }
@@ -152,6 +153,7 @@ async fn spawn_configured(
         search: custintel::search::SearchIndex::start(db.clone()).expect("search index"),
         agents,
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
     let serve_state = state.clone();

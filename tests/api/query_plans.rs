@@ -671,6 +671,7 @@ async fn plans_use_indexes(backend: Backend) {
             search: custintel::search::SearchIndex::new(watched).expect("search"),
             agents: Default::default(),
             name_trigrams: Default::default(),
+            allowance: Default::default(),
         },
         org.organization_id.clone(),
     );

@@ -47,6 +47,7 @@ fn state(db: &DatabaseConnection) -> AppState {
         search: custintel::search::SearchIndex::new(db.clone()).expect("search"),
         agents: Default::default(),
         name_trigrams: Default::default(),
+        allowance: Default::default(),
     }
 }
 

@@ -2194,6 +2194,108 @@ db_test!(allowance_under_concurrency, |app: TestApp| async move {
     assert_eq!(usage.calls, 5);
 });
 
+/// Another instance on the app's database, with allowance blocks of its own: its base URL.
+async fn second_instance(app: &TestApp) -> String {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let state = custintel::state::AppState {
+        allowance: Default::default(),
+        ..app.state.clone()
+    };
+    tokio::spawn(async move {
+        custintel::http::server::serve(state, "127.0.0.1:0", move |addr| {
+            let _ = tx.send(addr);
+        })
+        .await
+    });
+    format!("http://{}", rx.await.unwrap())
+}
+
+/// The organization's count in the current cycle, as stored.
+async fn stored_calls(app: &TestApp, organization_id: &str) -> i64 {
+    entity::api_usage::Entity::find()
+        .filter(entity::api_usage::Column::OrganizationId.eq(organization_id))
+        .one(
+            &custintel::tools::allowance::usage_db(&app.db)
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap()
+        .map_or(0, |u| u.calls)
+}
+
+/// Calls `svc_list_workspace_users` at `base` until refused with 402 (or `most` times);
+/// answers how many succeeded.
+async fn call_until_refused(client: reqwest::Client, base: String, key: String, most: u32) -> u32 {
+    let mut ok = 0;
+    for _ in 0..most {
+        let status = client
+            .post(format!("{base}{CALL}"))
+            .bearer_auth(&key)
+            .json(&json!({"tool": "svc_list_workspace_users"}))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        match status {
+            StatusCode::OK => ok += 1,
+            StatusCode::PAYMENT_REQUIRED => break,
+            // Told to retry (nothing counted).
+            StatusCode::SERVICE_UNAVAILABLE => {}
+            other => panic!("unexpected {other}"),
+        }
+    }
+    ok
+}
+
+db_test!(
+    allowance_in_blocks_counts_the_calls_made,
+    |app: TestApp| async move {
+        // Busy callers on two instances: each instance counts its calls in blocks, and what
+        // it counted and did not use is given back once the calls pause.
+        let org = free_org(&app, "Blocks", 1_000_000).await;
+        let other = second_instance(&app).await;
+        let callers = (0..8).map(|i| {
+            let base = if i % 2 == 0 {
+                app.base.clone()
+            } else {
+                other.clone()
+            };
+            call_until_refused(app.client.clone(), base, org.api_key.clone(), 60)
+        });
+        let made: u32 = futures_join_all(callers).await.into_iter().sum();
+        assert_eq!(made, 8 * 60);
+        let mut stored = stored_calls(&app, &org.organization_id).await;
+        let waited = std::time::Instant::now();
+        while stored != i64::from(made) && waited.elapsed() < std::time::Duration::from_secs(5) {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            stored = stored_calls(&app, &org.organization_id).await;
+        }
+        assert_eq!(stored, i64::from(made), "unused calls were not given back");
+    }
+);
+
+db_test!(
+    allowance_in_blocks_ends_exactly_at_the_limit,
+    |app: TestApp| async move {
+        // Callers on two instances call until refused: together they make exactly the
+        // allowance, though each instance held blocks the other could not use.
+        let org = free_org(&app, "Exact", 300).await;
+        let other = second_instance(&app).await;
+        let callers = (0..8).map(|i| {
+            let base = if i % 2 == 0 {
+                app.base.clone()
+            } else {
+                other.clone()
+            };
+            call_until_refused(app.client.clone(), base, org.api_key.clone(), 400)
+        });
+        let made: u32 = futures_join_all(callers).await.into_iter().sum();
+        assert_eq!(made, 300);
+        assert_eq!(stored_calls(&app, &org.organization_id).await, 300);
+    }
+);
+
 /// Runs futures concurrently on the runtime and collects their outputs in order.
 async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
@@ -2208,8 +2310,8 @@ where
     out
 }
 
-// Every tool call writes its count to the usage file beside a SQLite database; that file's WAL
-// is checkpointed as it goes, so it stays small however many calls are made.
+// Tool calls write their counts (in blocks) to the usage file beside a SQLite database; that
+// file's WAL is checkpointed as it goes, so it stays small however many calls are made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_file_wal_stays_small() {
     let app = crate::helpers::spawn(crate::helpers::Backend::Sqlite)
