@@ -42,10 +42,30 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
 pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {
     let now = Utc::now();
     let cycle = cycle_of(now);
-    let block = ctx.state.allowance.of(&ctx.organization_id, &cycle);
-    // The organization's calls on this instance take turns here only while a block is counted.
-    let mut block = block.lock().await;
+    let shared = ctx.state.allowance.of(&ctx.organization_id, &cycle);
+    // The organization's calls on this instance take turns here only while a block is counted
+    // that they have to wait for (the first, and after the limit came near).
+    let mut block = shared.lock().await;
     if block.take_one() {
+        if let Some(size) = block.begin_refill() {
+            // A quarter of the block is left: this call counts the next one while the others
+            // go on with what is left. Its own call is counted already, so a failure here is
+            // not its failure: the next call that finds the block empty counts one.
+            drop(block);
+            let counted = async {
+                let counts = usage_db(&ctx.state.db).await?;
+                count_block(ctx, &counts, &cycle, size).await
+            }
+            .await;
+            let mut block = shared.lock().await;
+            match counted {
+                Ok(counted) => block.end_refill(size, counted),
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not count the next block of tool calls");
+                    block.end_refill(size, None);
+                }
+            }
+        }
         return Ok(());
     }
     let counts = usage_db(&ctx.state.db).await?;

@@ -50,6 +50,8 @@ pub struct Block {
     headroom: Option<u64>,
     granted_at: Instant,
     last_used: Instant,
+    /// Whether a call is counting the next block while this one is used.
+    refilling: bool,
 }
 
 impl Block {
@@ -61,6 +63,7 @@ impl Block {
             headroom: None,
             granted_at: now,
             last_used: now,
+            refilling: false,
         }
     }
 
@@ -99,6 +102,38 @@ impl Block {
         self.headroom = Some(headroom);
         self.granted_at = now;
         self.last_used = now;
+    }
+
+    /// The size of the next block, when the call that just took one should count it now: a
+    /// quarter of a block of more than one call is left, no other call is counting one, and
+    /// the limit is not near (where calls are counted one at a time, when the block is used
+    /// up). The caller then reports with [`Block::end_refill`].
+    pub fn begin_refill(&mut self) -> Option<u64> {
+        if self.refilling || self.size <= 1 || self.unused > self.size / 4 {
+            return None;
+        }
+        let size = self.wanted();
+        if size <= 1 {
+            return None;
+        }
+        self.refilling = true;
+        Some(size)
+    }
+
+    /// Records a refill's outcome: `Some(headroom)` when its `size` calls were counted; `None`
+    /// when the limit did not leave them (or the database did not answer), after which the
+    /// block's next calls are counted one at a time.
+    pub fn end_refill(&mut self, size: u64, counted: Option<u64>) {
+        self.refilling = false;
+        match counted {
+            Some(headroom) => {
+                self.unused += size;
+                self.size = size;
+                self.headroom = Some(headroom);
+                self.granted_at = Instant::now();
+            }
+            None => self.headroom = Some(0),
+        }
     }
 
     /// The limit is reached: calls are counted one at a time again.
@@ -278,6 +313,34 @@ mod tests {
             1,
             "under 16 left: one call at a time"
         );
+    }
+
+    #[test]
+    fn the_next_block_is_counted_while_a_quarter_is_left() {
+        let mut block = Block::new();
+        for _ in 0..4 {
+            next_of(&mut block, 1_000_000);
+        }
+        // A block of 16: the call that leaves 4 counts the next one, and only that call.
+        block.granted(16, 1_000_000);
+        let mut refills = Vec::new();
+        for _ in 0..15 {
+            assert!(block.take_one());
+            refills.push(block.begin_refill());
+        }
+        let started: Vec<usize> = (0..15).filter(|&i| refills[i].is_some()).collect();
+        assert_eq!(started, vec![10], "{refills:?}");
+        block.end_refill(32, Some(1_000_000));
+        assert_eq!(block.unused, 32);
+        // A refill the limit refused leaves the rest, then one call at a time.
+        block.granted(16, 1_000_000);
+        while block.begin_refill().is_none() {
+            assert!(block.take_one());
+        }
+        block.end_refill(32, None);
+        while block.take_one() {}
+        assert_eq!(block.wanted(), 1);
+        assert_eq!(block.begin_refill(), None);
     }
 
     #[test]
