@@ -177,7 +177,8 @@ pub async fn list(
     views(db, rows).await
 }
 
-async fn find<C: ConnectionTrait>(
+/// The organization's automation `id`, without its signals and destinations.
+pub(crate) async fn find<C: ConnectionTrait>(
     conn: &C,
     org: &str,
     id: &str,

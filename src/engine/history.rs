@@ -70,7 +70,8 @@ pub async fn list(
     cursor: Option<&str>,
 ) -> PlatformResult<RunPage> {
     let page = paging::page_request::<AutomationRunStatus>(status_filter, limit, cursor)?;
-    let automation = automations::get(db, org, automation_id).await?.automation;
+    // Only whether it is the organization's (its links are not needed): one statement.
+    let automation = automations::find(db, org, automation_id).await?;
     let mut query = automation_run::Entity::find()
         .filter(automation_run::Column::OrganizationId.eq(org))
         .filter(automation_run::Column::AutomationId.eq(&automation.id));
@@ -115,7 +116,8 @@ pub async fn get(
     automation_id: &str,
     run_id: &str,
 ) -> PlatformResult<RunView> {
-    let automation = automations::get(db, org, automation_id).await?.automation;
+    // Only whether it is the organization's (its links are not needed): one statement.
+    let automation = automations::find(db, org, automation_id).await?;
     let not_found = || PlatformError::NotFound(format!("run `{}` not found", run_id.trim()));
     let run_id = uuid::Uuid::parse_str(run_id.trim()).map_err(|_| not_found())?;
     let run = automation_run::Entity::find_by_id(run_id.to_string())
