@@ -23,5 +23,5 @@ pub struct AppState {
     /// Which trigrams are common among customers' and users' names (PostgreSQL's name lookups).
     pub name_trigrams: crate::db::name_trigrams::CommonTrigrams,
     /// The blocks of tool calls this instance has counted toward organizations' allowances.
-    pub allowance: crate::tools::allowance_grants::AllowanceGrants,
+    pub allowance: crate::db::allowance_grants::AllowanceGrants,
 }

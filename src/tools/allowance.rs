@@ -36,7 +36,7 @@ pub fn next_cycle_start_ms(at: DateTime<Utc>) -> i64 {
 }
 
 /// Counts one call, or refuses it with 402 when the cycle's allowance is used up. Calls are
-/// counted in blocks ([`super::allowance_grants`]); a block is counted by one conditional
+/// counted in blocks ([`crate::db::allowance_grants`]); a block is counted by one conditional
 /// statement, so concurrent calls (also from several instances on one PostgreSQL database)
 /// never push the count past the limit.
 pub async fn consume(ctx: &super::ToolContext) -> ToolResult<()> {

@@ -4,7 +4,6 @@
 
 pub mod activity_page;
 pub mod allowance;
-pub mod allowance_grants;
 pub mod common;
 pub mod few_matches_page;
 pub mod openapi;
