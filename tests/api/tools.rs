@@ -2248,22 +2248,28 @@ async fn call_until_refused(client: reqwest::Client, base: String, key: String, 
     ok
 }
 
+/// Eight callers, half on the app and half on a second instance, each calling until refused
+/// (or `most` times): how many calls succeeded in all.
+async fn call_from_two_instances(app: &TestApp, key: &str, most: u32) -> u32 {
+    let other = second_instance(app).await;
+    let callers = (0..8).map(|i| {
+        let base = if i % 2 == 0 {
+            app.base.clone()
+        } else {
+            other.clone()
+        };
+        call_until_refused(app.client.clone(), base, key.to_string(), most)
+    });
+    futures_join_all(callers).await.into_iter().sum()
+}
+
 db_test!(
     allowance_in_blocks_counts_the_calls_made,
     |app: TestApp| async move {
         // Busy callers on two instances: each instance counts its calls in blocks, and what
         // it counted and did not use is given back once the calls pause.
         let org = free_org(&app, "Blocks", 1_000_000).await;
-        let other = second_instance(&app).await;
-        let callers = (0..8).map(|i| {
-            let base = if i % 2 == 0 {
-                app.base.clone()
-            } else {
-                other.clone()
-            };
-            call_until_refused(app.client.clone(), base, org.api_key.clone(), 60)
-        });
-        let made: u32 = futures_join_all(callers).await.into_iter().sum();
+        let made = call_from_two_instances(&app, &org.api_key, 60).await;
         assert_eq!(made, 8 * 60);
         let mut stored = stored_calls(&app, &org.organization_id).await;
         let waited = std::time::Instant::now();
@@ -2281,16 +2287,7 @@ db_test!(
         // Callers on two instances call until refused: together they make exactly the
         // allowance, though each instance held blocks the other could not use.
         let org = free_org(&app, "Exact", 300).await;
-        let other = second_instance(&app).await;
-        let callers = (0..8).map(|i| {
-            let base = if i % 2 == 0 {
-                app.base.clone()
-            } else {
-                other.clone()
-            };
-            call_until_refused(app.client.clone(), base, org.api_key.clone(), 400)
-        });
-        let made: u32 = futures_join_all(callers).await.into_iter().sum();
+        let made = call_from_two_instances(&app, &org.api_key, 400).await;
         assert_eq!(made, 300);
         assert_eq!(stored_calls(&app, &org.organization_id).await, 300);
     }
