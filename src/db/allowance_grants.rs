@@ -15,8 +15,9 @@
 //! left.
 //!
 //! What a stop costs: a graceful stop gives the unused parts back. After a crash of the
-//! instance (SIGKILL) they stay counted: at most one block per organization, and a block is at
-//! most a sixteenth of what the limit left.
+//! instance (SIGKILL) they stay counted: at most about two blocks per organization (the rest
+//! of one and the next, counted ahead), and a block is at most 256 calls and a sixteenth of
+//! what the limit left.
 
 use std::{
     collections::HashMap,
