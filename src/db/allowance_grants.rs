@@ -21,20 +21,23 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, Weak},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, Weak,
+    },
     time::{Duration, Instant},
 };
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
 
 /// Blocks no larger than this.
-pub const MAX_BLOCK: u64 = 256;
+const MAX_BLOCK: u64 = 256;
 /// A block used up within this grows the next.
 const FAST_USE: Duration = Duration::from_millis(100);
 /// A block that lasted longer than this shrinks the next.
 const SLOW_USE: Duration = Duration::from_secs(1);
 /// An unused part not touched for this long is given back.
-pub const GIVE_BACK_AFTER: Duration = Duration::from_millis(500);
+const GIVE_BACK_AFTER: Duration = Duration::from_millis(500);
 /// How often held blocks are looked at.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// An entry without an unused part is forgotten after this long idle.
@@ -79,7 +82,7 @@ impl Block {
     }
 
     /// How many calls to ask the database for, now that the block is used up.
-    pub fn wanted(&mut self) -> u64 {
+    pub fn wanted(&self) -> u64 {
         let lasted = self.granted_at.elapsed();
         let size = if self.size == 0 {
             1
@@ -152,7 +155,7 @@ type Blocks = Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Block>>>>;
 pub struct AllowanceGrants {
     blocks: Arc<Blocks>,
     /// Whether the task that gives unused parts back has been started.
-    sweeping: Arc<Mutex<bool>>,
+    sweeping: Arc<AtomicBool>,
 }
 
 impl AllowanceGrants {
@@ -168,11 +171,9 @@ impl AllowanceGrants {
     /// Starts (once) the task that gives unused parts back to `counts`, where the counts are
     /// kept; called before the first block is counted.
     pub fn start_sweeping(&self, counts: &DatabaseConnection) {
-        let mut started = self.sweeping.lock().unwrap_or_else(|e| e.into_inner());
-        if *started {
+        if self.sweeping.swap(true, Ordering::Relaxed) {
             return;
         }
-        *started = true;
         let blocks = Arc::downgrade(&self.blocks);
         let counts = counts.clone();
         tokio::spawn(async move {
@@ -254,25 +255,15 @@ async fn give_back(
     cycle: &str,
     calls: u64,
 ) -> Result<(), DbErr> {
-    let backend = counts.get_database_backend();
-    let sql = match backend {
-        DbBackend::Postgres => {
-            "UPDATE api_usage SET calls = GREATEST(calls - $3, 0) \
-             WHERE organization_id = $1 AND cycle = $2"
-        }
-        _ => {
-            "UPDATE api_usage SET calls = max(calls - $3, 0) \
-             WHERE organization_id = $1 AND cycle = $2"
-        }
-    };
     counts
         .execute_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
+            counts.get_database_backend(),
+            "UPDATE api_usage SET calls = CASE WHEN calls > $3 THEN calls - $3 ELSE 0 END \
+             WHERE organization_id = $1 AND cycle = $2",
             [
                 organization_id.into(),
                 cycle.into(),
-                (calls.min(i64::MAX as u64) as i64).into(),
+                i64::try_from(calls).unwrap_or(i64::MAX).into(),
             ],
         ))
         .await?;

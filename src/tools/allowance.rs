@@ -100,7 +100,7 @@ async fn count_block(
     size: u64,
 ) -> ToolResult<Option<u64>> {
     let organization_id = ctx.organization_id.as_str();
-    let size = size.min(i64::MAX as u64) as i64;
+    let size = i64::try_from(size).unwrap_or(i64::MAX);
     let backend = counts.get_database_backend();
     if backend == DbBackend::Postgres {
         // One statement reads the organization's limit and counts the block. It commits

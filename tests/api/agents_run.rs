@@ -179,15 +179,8 @@ llm_test!(
         assert_eq!(listed["items"].as_array().unwrap().len(), 2);
 
         // The call counted toward the allowance, as through POST /api/tools/call.
-        let usage = entity::api_usage::Entity::find()
-            .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-            .one(
-                &custintel::tools::allowance::usage_db(&app.db)
-                    .await
-                    .unwrap(),
-            )
+        let usage = helpers::stored_usage(&app.db, &org.organization_id)
             .await
-            .unwrap()
             .expect("usage row");
         assert_eq!(usage.calls, 1);
 

@@ -92,6 +92,20 @@ pub async fn org_in(db: &DatabaseConnection, name: &str) -> CreatedOrganization 
     .expect("create org")
 }
 
+/// The organization's tool-call count as stored (where the allowance keeps it), if any.
+pub async fn stored_usage(
+    db: &DatabaseConnection,
+    organization_id: &str,
+) -> Option<entity::api_usage::Model> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let counts = custintel::tools::allowance::usage_db(db).await.unwrap();
+    entity::api_usage::Entity::find()
+        .filter(entity::api_usage::Column::OrganizationId.eq(organization_id))
+        .one(&counts)
+        .await
+        .unwrap()
+}
+
 /// The state a server would get, over a fresh database, with no server (and so no background
 /// task such as the ingest applier) running.
 pub async fn state_without_server(

@@ -2044,14 +2044,8 @@ db_test!(
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         let r = tool(&app, k, "svc_list_customers", json!({})).await;
         assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED, "{}", r.body);
-        let usage = custintel::tools::allowance::usage_db(&app.db)
+        let counted = crate::helpers::stored_usage(&app.db, &org.organization_id)
             .await
-            .unwrap();
-        let counted = entity::api_usage::Entity::find()
-            .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-            .one(&usage)
-            .await
-            .unwrap()
             .expect("usage row");
         assert_eq!(counted.calls, 3);
     }
@@ -2082,33 +2076,18 @@ db_test!(allowance, |app: TestApp| async move {
     snap!("error_limit_exceeded", r.body);
 
     // The count lives in the database: a new server on the same database still refuses.
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let state = app.state.clone();
-    tokio::spawn(async move {
-        custintel::http::server::serve(state, "127.0.0.1:0", move |addr| {
-            let _ = tx.send(addr);
-        })
-        .await
-    });
-    let addr = rx.await.unwrap();
+    let other = second_instance(&app).await;
     let resp = app
         .client
-        .post(format!("http://{addr}{CALL}"))
+        .post(format!("{other}{CALL}"))
         .bearer_auth(k)
         .json(&json!({"tool": "svc_list_customers"}))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
-    let usage = entity::api_usage::Entity::find()
-        .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-        .one(
-            &custintel::tools::allowance::usage_db(&app.db)
-                .await
-                .unwrap(),
-        )
+    let usage = crate::helpers::stored_usage(&app.db, &org.organization_id)
         .await
-        .unwrap()
         .unwrap();
     assert_eq!(usage.calls, 3);
     assert_eq!(
@@ -2181,15 +2160,8 @@ db_test!(allowance_under_concurrency, |app: TestApp| async move {
         ok, 5,
         "exactly the allowance succeeded ({limited} refused in the burst)"
     );
-    let usage = entity::api_usage::Entity::find()
-        .filter(entity::api_usage::Column::OrganizationId.eq(&org.organization_id))
-        .one(
-            &custintel::tools::allowance::usage_db(&app.db)
-                .await
-                .unwrap(),
-        )
+    let usage = crate::helpers::stored_usage(&app.db, &org.organization_id)
         .await
-        .unwrap()
         .unwrap();
     assert_eq!(usage.calls, 5);
 });
@@ -2212,15 +2184,8 @@ async fn second_instance(app: &TestApp) -> String {
 
 /// The organization's count in the current cycle, as stored.
 async fn stored_calls(app: &TestApp, organization_id: &str) -> i64 {
-    entity::api_usage::Entity::find()
-        .filter(entity::api_usage::Column::OrganizationId.eq(organization_id))
-        .one(
-            &custintel::tools::allowance::usage_db(&app.db)
-                .await
-                .unwrap(),
-        )
+    crate::helpers::stored_usage(&app.db, organization_id)
         .await
-        .unwrap()
         .map_or(0, |u| u.calls)
 }
 
