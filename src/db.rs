@@ -1,6 +1,7 @@
 //! Database connection: SQLite by default (WAL), PostgreSQL by `DATABASE_URL`.
 
 pub mod allowance_grants;
+pub mod customer_event_hours;
 pub mod name_search;
 pub mod name_trigrams;
 pub mod postgres_sockets;

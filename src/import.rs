@@ -1262,6 +1262,7 @@ impl ChunkRows {
                     mrr_cents: r.mrr_cents.unwrap_or(0),
                     traits: Value::Object(r.traits.clone().unwrap_or_default()),
                     last_activity_at: r.last_activity_at,
+                    events_counted: 0,
                     created_at,
                     updated_at: created_at.max(now),
                 });
@@ -1569,7 +1570,7 @@ where
     let others: Vec<E::Column> = columns
         .iter()
         .copied()
-        .filter(|c| c.as_str() != "id")
+        .filter(|c| c.as_str() != "id" && !KEPT_BY_INGEST.contains(&c.as_str()))
         .collect();
     let per_statement = (STATEMENT_PARAMETERS / columns.len().max(1)).max(1);
     let mut rows = rows.into_iter().peekable();
@@ -1591,6 +1592,11 @@ where
     Ok(())
 }
 
+/// Columns an import writes for new rows (their defaults) but leaves as they are in rows it
+/// updates: ingest keeps them (a customer's tracked events counted, see
+/// `crate::db::customer_event_hours`).
+const KEPT_BY_INGEST: &[&str] = &["events_counted"];
+
 /// PostgreSQL: [`upsert`] in one statement per table and chunk, the rows travelling as one
 /// JSON array that `json_populate_recordset` turns into rows of the table's own type (so each
 /// column is read as its type), instead of a multi-row `VALUES` of thousands of parameters,
@@ -1610,7 +1616,7 @@ where
     let list = quoted.join(", ");
     let set: Vec<String> = quoted
         .iter()
-        .filter(|c| *c != "\"id\"")
+        .filter(|c| *c != "\"id\"" && !KEPT_BY_INGEST.contains(&c.trim_matches('"')))
         .map(|c| format!("{c} = EXCLUDED.{c}"))
         .collect();
     let sql = format!(

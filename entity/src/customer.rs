@@ -13,6 +13,9 @@ pub struct Model {
     pub mrr_cents: i64,
     pub traits: Json,
     pub last_activity_at: Option<DateTimeUtc>,
+    /// Tracked events ingest counted for the customer: its events are counted per hour in
+    /// `customer_event_hours` from a threshold on (`custintel::db::customer_event_hours`).
+    pub events_counted: i64,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

@@ -87,6 +87,7 @@ pub mod billing_change;
 pub mod change;
 pub mod connect_session;
 pub mod customer;
+pub mod customer_event_hour;
 pub mod destination;
 pub mod engagement_session;
 pub mod event;

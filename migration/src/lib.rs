@@ -42,6 +42,7 @@ mod m20261129_030000_published_window_runs;
 mod m20261129_040000_counts_per_customer;
 mod m20261130_010000_customer_traits_by_organization;
 mod m20261130_020000_customer_activity_counts;
+mod m20261201_010000_customer_event_hours;
 mod postgres_only;
 
 pub struct Migrator;
@@ -90,6 +91,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_040000_counts_per_customer::Migration),
             Box::new(m20261130_010000_customer_traits_by_organization::Migration),
             Box::new(m20261130_020000_customer_activity_counts::Migration),
+            Box::new(m20261201_010000_customer_event_hours::Migration),
         ]
     }
 }

@@ -290,6 +290,42 @@ pub async fn count_capped_parts<C: sea_orm::ConnectionTrait>(
     Ok(Total::capped(count_of(db, count_rows_expr(rows)).await?))
 }
 
+/// [`count_capped_parts`] beside a kept count (`kept`, a scalar subquery) read in the same
+/// statement: the kept count exactly, plus the parts' rows counted up to the limit.
+pub async fn count_capped_parts_beside_kept<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    parts: Vec<sea_orm::sea_query::SelectStatement>,
+    kept: Expr,
+) -> Result<Total, sea_orm::DbErr> {
+    use sea_orm::sea_query::{Alias, UnionType};
+    const KEPT: &str = "kept_total";
+    const TOTAL: &str = "counted_total";
+    let mut statement = sea_orm::sea_query::Query::select();
+    let mut parts = parts.into_iter();
+    match parts.next() {
+        Some(mut rows) => {
+            for part in parts {
+                rows.union(UnionType::All, part);
+            }
+            rows.limit(EXACT_TOTAL_LIMIT + 1);
+            statement.expr_as(count_rows_expr(rows), Alias::new(TOTAL));
+        }
+        None => {
+            statement.expr_as(Expr::val(0i64), Alias::new(TOTAL));
+        }
+    }
+    statement.expr_as(kept, Alias::new(KEPT));
+    let Some(row) = db
+        .query_one_raw(db.get_database_backend().build(&statement))
+        .await?
+    else {
+        return Ok(Total::exact(0));
+    };
+    let kept = u64::try_from(row.try_get::<i64>("", KEPT)?).unwrap_or(0);
+    let counted = u64::try_from(row.try_get::<i64>("", TOTAL)?).unwrap_or(0);
+    Ok(total_of(Some(kept), counted))
+}
+
 /// `(SELECT COUNT(*) FROM (rows))`: a count as a scalar subquery.
 fn count_rows_expr(rows: sea_orm::sea_query::SelectStatement) -> Expr {
     use sea_orm::sea_query::{Alias, QueryStatementBuilder};

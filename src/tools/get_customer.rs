@@ -130,6 +130,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     if include.contains(&Section::RecentTimeline) {
         let window = Window {
             customer_id: &c.id,
+            events_by_hour: crate::db::customer_event_hours::kept(c.events_counted),
             from: Some(Utc::now() - timeframe),
             before: None,
             channels: Channels::ALL,

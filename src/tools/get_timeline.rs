@@ -95,6 +95,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     let customer = resolve_customer(ctx, &input.customer).await?;
     let window = Window {
         customer_id: &customer.id,
+        events_by_hour: crate::db::customer_event_hours::kept(customer.events_counted),
         from,
         before,
         channels,

@@ -2,12 +2,17 @@
 //! `recentTimeline`: tracked events, billing changes and sources in one time order.
 
 use chrono::{DateTime, Utc};
-use entity::{billing_change, event, source};
-use sea_orm::{ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect};
+use entity::{billing_change, customer_event_hour, event, source};
+use sea_orm::{
+    sea_query::{Expr, Query, QueryStatementBuilder},
+    ColumnTrait, Condition, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
+};
 use serde_json::{json, Value};
 
+use crate::db::customer_event_hours;
+
 use super::{
-    common::{count_capped_parts, key_time, rows_of, Total},
+    common::{count_capped_parts, count_capped_parts_beside_kept, key_time, rows_of, Total},
     records, ToolContext, ToolResult,
 };
 
@@ -46,6 +51,9 @@ impl Channels {
 /// The time window and customer of a timeline read.
 pub struct Window<'a> {
     pub customer_id: &'a str,
+    /// Whether the customer's events are counted per hour (from its row's counter, see
+    /// [`customer_event_hours`]).
+    pub events_by_hour: bool,
     pub from: Option<DateTime<Utc>>,
     pub before: Option<DateTime<Utc>>,
     pub channels: Channels,
@@ -104,12 +112,75 @@ fn window<C: ColumnTrait>(at_col: C, w: &Window) -> Condition {
 }
 
 fn event_filter(ctx: &ToolContext, w: &Window) -> Condition {
-    Condition::all()
-        .add(event::Column::OrganizationId.eq(&ctx.organization_id))
-        .add(event::Column::CustomerId.eq(w.customer_id))
-        // Billing events reach the timeline as the billing changes they caused.
-        .add(event::Column::EventType.ne("billing"))
+    customer_event_hours::tracked_events_of(&ctx.organization_id, w.customer_id)
         .add(window(event::Column::OccurredAt, w))
+}
+
+/// The customer's tracked events from `from` to before `before` (either open).
+fn events_between(
+    ctx: &ToolContext,
+    w: &Window,
+    from: Option<DateTime<Utc>>,
+    before: Option<DateTime<Utc>>,
+) -> Condition {
+    let edge = Window { from, before, ..*w };
+    event_filter(ctx, &edge)
+}
+
+/// A window's whole hours, `[first, end)` (either open), when it has any.
+struct WholeHours {
+    first: Option<i64>,
+    end: Option<i64>,
+}
+
+impl WholeHours {
+    fn of(w: &Window) -> Option<Self> {
+        let first = w.from.map(customer_event_hours::first_hour_from);
+        let end = w.before.map(customer_event_hours::hour_of);
+        match (first, end) {
+            (Some(first), Some(end)) if first >= end => None,
+            _ => Some(Self { first, end }),
+        }
+    }
+
+    /// The kept hours' sum, as a scalar subquery.
+    fn kept_sum(&self, ctx: &ToolContext, w: &Window) -> Expr {
+        use customer_event_hour::Column as H;
+        let mut hours = Condition::all()
+            .add(H::OrganizationId.eq(&ctx.organization_id))
+            .add(H::CustomerId.eq(w.customer_id));
+        if let Some(first) = self.first {
+            hours = hours.add(H::Hour.gte(first));
+        }
+        if let Some(end) = self.end {
+            hours = hours.add(H::Hour.lt(end));
+        }
+        let sum = Query::select()
+            .expr(Expr::cust("CAST(COALESCE(SUM(n), 0) AS BIGINT)"))
+            .from(customer_event_hour::Entity)
+            .cond_where(hours)
+            .to_owned();
+        Expr::SubQuery(None, Box::new(sum.into_sub_query_statement()))
+    }
+
+    /// The window's events outside its whole hours: from its start to the first whole hour,
+    /// and from the last one's end to the window's end.
+    fn edges(&self, ctx: &ToolContext, w: &Window) -> Vec<Condition> {
+        let mut edges = Vec::new();
+        if let (Some(from), Some(first)) = (w.from, self.first) {
+            let first_start = customer_event_hours::hour_start(first);
+            if from < first_start {
+                edges.push(events_between(ctx, w, Some(from), Some(first_start)));
+            }
+        }
+        if let (Some(before), Some(end)) = (w.before, self.end) {
+            let end_start = customer_event_hours::hour_start(end);
+            if end_start < before {
+                edges.push(events_between(ctx, w, Some(end_start), Some(before)));
+            }
+        }
+        edges
+    }
 }
 
 fn billing_filter(ctx: &ToolContext, w: &Window) -> Condition {
@@ -127,13 +198,24 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
         .add(window(source::Column::OccurredAt, w))
 }
 
-/// Entries in the whole window, counted up to the exact-count limit over all channels.
+/// Entries in the whole window, counted up to the exact-count limit over all channels; a
+/// customer's events counted per hour are summed over the window's whole hours, exactly, and
+/// counted only in the part-hours at its edges.
 pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
     // The channels counted together in one statement (a round trip each was most of their
     // cost on PostgreSQL), busiest first: once it reaches the limit, the others are not read.
     let mut parts = Vec::new();
+    let mut kept = None;
     if w.channels.product {
-        parts.push(rows_of(event::Entity::find().filter(event_filter(ctx, w))));
+        match WholeHours::of(w).filter(|_| w.events_by_hour) {
+            Some(hours) => {
+                kept = Some(hours.kept_sum(ctx, w));
+                for edge in hours.edges(ctx, w) {
+                    parts.push(rows_of(event::Entity::find().filter(edge)));
+                }
+            }
+            None => parts.push(rows_of(event::Entity::find().filter(event_filter(ctx, w)))),
+        }
     }
     let types = w.channels.source_types();
     if !types.is_empty() {
@@ -146,7 +228,11 @@ pub async fn count(ctx: &ToolContext, w: &Window<'_>) -> ToolResult<Total> {
             billing_change::Entity::find().filter(billing_filter(ctx, w)),
         ));
     }
-    Ok(count_capped_parts(ctx.db().await?, parts).await?)
+    let db = ctx.db().await?;
+    Ok(match kept {
+        Some(kept) => count_capped_parts_beside_kept(db, parts, kept).await?,
+        None => count_capped_parts(db, parts).await?,
+    })
 }
 
 /// Entries read from a window, and its total when the read saw all of it.

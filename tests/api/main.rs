@@ -12,6 +12,7 @@ mod cli;
 mod cli_client;
 mod contract;
 mod engine;
+mod event_hours;
 mod import;
 mod ingest;
 mod ingest_backlog;

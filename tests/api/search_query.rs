@@ -64,6 +64,7 @@ async fn add_customer_on(
         mrr_cents: Set(mrr),
         traits: Set(json!({ "plan": "pro" })),
         last_activity_at: Set(Some(at(20))),
+        events_counted: sea_orm::ActiveValue::NotSet,
         created_at: Set(at(1)),
         updated_at: Set(at(1)),
     }

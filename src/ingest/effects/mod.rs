@@ -20,6 +20,8 @@ use chrono::{DateTime, Utc};
 use entity::{customer, engagement_session, user, visitor};
 use sea_orm::{ConnectionTrait, DbErr};
 
+use crate::db::customer_event_hours::AddedEvents;
+
 use super::{
     after_apply::AfterApply,
     apply_txn::ApplyTxn,
@@ -64,6 +66,8 @@ struct Group {
     closed_sessions: Vec<SessionState>,
     user_activity: HashMap<String, DateTime<Utc>>,
     customer_activity: HashMap<String, DateTime<Utc>>,
+    /// The tracked events each account gets, for its counter and kept hours.
+    added_events: AddedEvents,
     /// Accounts and users the group's identity effects name, as stored (`known`). A write that
     /// bypasses them (a stage event's update) drops the row it changed.
     customers: KnownRows<customer::Entity>,
@@ -216,6 +220,12 @@ fn record_event(group: &mut Group, batch: &Batch, event: &AcceptedEvent, to: Att
     }
     if let Some(c) = &to.customer {
         bump(&mut group.customer_activity, c, event.occurred_at);
+        // Billing events reach the timeline as billing changes, not as events.
+        if event.event_type != "billing" {
+            group
+                .added_events
+                .add(&batch.organization_id, c, event.occurred_at);
+        }
     }
     group.rows.push(EventRow {
         // The event's text fields are moved in by `write_batches` once the batch is applied.

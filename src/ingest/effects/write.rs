@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use entity::{customer, engagement_session, user, visitor};
 use sea_orm::{
-    sea_query::{CaseStatement, Expr, OnConflict, SimpleExpr},
+    sea_query::{CaseStatement, Expr, ExprTrait, OnConflict, Query, SimpleExpr},
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
     QueryFilter,
 };
 
 use super::Group;
+use crate::db::customer_event_hours::AddedEvents;
 
 /// Writes what the group accumulated: visitors and sessions with one multi-row upsert per
 /// table, last activity with one conditional UPDATE per table (per chunk).
@@ -61,13 +62,7 @@ pub(super) async fn flush<C: ConnectionTrait>(conn: &C, group: Group) -> Result<
         group.user_activity,
     )
     .await?;
-    advance_activity::<customer::Entity, _>(
-        conn,
-        customer::Column::Id,
-        customer::Column::LastActivityAt,
-        group.customer_activity,
-    )
-    .await
+    advance_customers(conn, group.customer_activity, group.added_events).await
 }
 
 /// Inserts `rows`, or updates `update` of those whose `id` is stored, one multi-row statement
@@ -113,6 +108,55 @@ async fn advance_activity<E: EntityTrait, C: ConnectionTrait>(
             .await?;
     }
     Ok(())
+}
+
+/// Moves each account's last activity forward as [`advance_activity`] does and adds its
+/// tracked events to its counter in the same statement, which returns the counters: from them
+/// the hours of the accounts with many events are kept ([`AddedEvents::keep_hours`]).
+async fn advance_customers<C: ConnectionTrait>(
+    conn: &C,
+    times: HashMap<String, DateTime<Utc>>,
+    added: AddedEvents,
+) -> Result<(), DbErr> {
+    use customer::Column as Cu;
+    let times: Vec<(String, DateTime<Utc>)> = times.into_iter().collect();
+    let mut counted = Vec::new();
+    for chunk in times.chunks(UPSERT_CHUNK) {
+        let mut update = Query::update();
+        update
+            .table(customer::Entity)
+            .value(
+                Cu::LastActivityAt,
+                latest_activity(Cu::Id, Cu::LastActivityAt, chunk),
+            )
+            .and_where(Cu::Id.is_in(chunk.iter().map(|(id, _)| id.clone())));
+        let mut events = CaseStatement::new();
+        let mut with_events = false;
+        for (id, _) in chunk {
+            let n = added.of(id);
+            if n > 0 {
+                events = events.case(Cu::Id.eq(id.as_str()), Expr::col(Cu::EventsCounted).add(n));
+                with_events = true;
+            }
+        }
+        if !with_events {
+            conn.execute(&update).await?;
+            continue;
+        }
+        update
+            .value(
+                Cu::EventsCounted,
+                events.finally(Expr::col(Cu::EventsCounted)),
+            )
+            .returning(Query::returning().columns([Cu::Id, Cu::EventsCounted]));
+        for row in conn.query_all(&update).await? {
+            counted.push((
+                row.try_get::<String>("", "id")?,
+                row.try_get::<i64>("", "events_counted")?,
+            ));
+        }
+    }
+    added.keep_hours(conn, counted).await
 }
 
 /// Rows per multi-row upsert or CASE update: 8 columns x 200 rows stays far below the
