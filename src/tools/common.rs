@@ -278,16 +278,25 @@ pub async fn count_capped_parts<C: sea_orm::ConnectionTrait>(
     db: &C,
     parts: Vec<sea_orm::sea_query::SelectStatement>,
 ) -> Result<Total, sea_orm::DbErr> {
+    match capped_union(parts) {
+        Some(rows) => Ok(Total::capped(count_of(db, count_rows_expr(rows)).await?)),
+        None => Ok(Total::exact(0)),
+    }
+}
+
+/// The rows of `parts` as one `UNION ALL` under one `LIMIT` of one past
+/// [`EXACT_TOTAL_LIMIT`]; `None` without parts.
+fn capped_union(
+    parts: Vec<sea_orm::sea_query::SelectStatement>,
+) -> Option<sea_orm::sea_query::SelectStatement> {
     use sea_orm::sea_query::UnionType;
     let mut parts = parts.into_iter();
-    let Some(mut rows) = parts.next() else {
-        return Ok(Total::exact(0));
-    };
+    let mut rows = parts.next()?;
     for part in parts {
         rows.union(UnionType::All, part);
     }
     rows.limit(EXACT_TOTAL_LIMIT + 1);
-    Ok(Total::capped(count_of(db, count_rows_expr(rows)).await?))
+    Some(rows)
 }
 
 /// [`count_capped_parts`] beside a kept count (`kept`, a scalar subquery) read in the same
@@ -297,24 +306,14 @@ pub async fn count_capped_parts_beside_kept<C: sea_orm::ConnectionTrait>(
     parts: Vec<sea_orm::sea_query::SelectStatement>,
     kept: Expr,
 ) -> Result<Total, sea_orm::DbErr> {
-    use sea_orm::sea_query::{Alias, UnionType};
+    use sea_orm::sea_query::Alias;
     const KEPT: &str = "kept_total";
     const TOTAL: &str = "counted_total";
+    let counted = capped_union(parts).map_or(Expr::val(0i64), count_rows_expr);
     let mut statement = sea_orm::sea_query::Query::select();
-    let mut parts = parts.into_iter();
-    match parts.next() {
-        Some(mut rows) => {
-            for part in parts {
-                rows.union(UnionType::All, part);
-            }
-            rows.limit(EXACT_TOTAL_LIMIT + 1);
-            statement.expr_as(count_rows_expr(rows), Alias::new(TOTAL));
-        }
-        None => {
-            statement.expr_as(Expr::val(0i64), Alias::new(TOTAL));
-        }
-    }
-    statement.expr_as(kept, Alias::new(KEPT));
+    statement
+        .expr_as(counted, Alias::new(TOTAL))
+        .expr_as(kept, Alias::new(KEPT));
     let Some(row) = db
         .query_one_raw(db.get_database_backend().build(&statement))
         .await?

@@ -128,13 +128,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         total("revenue", count);
     }
     if include.contains(&Section::RecentTimeline) {
-        let window = Window {
-            customer_id: &c.id,
-            events_by_hour: crate::db::customer_event_hours::kept(c.events_counted),
-            from: Some(Utc::now() - timeframe),
-            before: None,
-            channels: Channels::ALL,
-        };
+        let window = Window::of(&c, Some(Utc::now() - timeframe), None, Channels::ALL);
         let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true).await?;
         let count = read.total(ctx, &window).await?;
         obj.insert(

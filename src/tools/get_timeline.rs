@@ -93,13 +93,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         },
     };
     let customer = resolve_customer(ctx, &input.customer).await?;
-    let window = Window {
-        customer_id: &customer.id,
-        events_by_hour: crate::db::customer_event_hours::kept(customer.events_counted),
-        from,
-        before,
-        channels,
-    };
+    let window = Window::of(&customer, from, before, channels);
     let start = match &req.cursor {
         Some(c) => Some(Position {
             at: c

@@ -59,6 +59,24 @@ pub struct Window<'a> {
     pub channels: Channels,
 }
 
+impl<'a> Window<'a> {
+    /// The window of `customer`'s timeline, its events counted per hour when its row says so.
+    pub fn of(
+        customer: &'a entity::customer::Model,
+        from: Option<DateTime<Utc>>,
+        before: Option<DateTime<Utc>>,
+        channels: Channels,
+    ) -> Self {
+        Self {
+            customer_id: &customer.id,
+            events_by_hour: customer_event_hours::kept(customer.events_counted),
+            from,
+            before,
+            channels,
+        }
+    }
+}
+
 /// Where a page starts: after this entry in (time, kind rank, row id) order.
 #[derive(Debug, Clone)]
 pub struct Position {

@@ -124,6 +124,15 @@ async fn assert_hours_match_events(app: &TestApp, org: &str, customer_id: &str) 
     assert_eq!(kept_hours(app, org, customer_id).await, expected);
 }
 
+/// The customer's counter is its tracked events, and its kept hours are them by hour.
+async fn assert_counted_and_kept(app: &TestApp, org: &str, c: &customer::Model) {
+    assert_eq!(
+        c.events_counted,
+        tracked_times(app, org, &c.id).await.len() as i64
+    );
+    assert_hours_match_events(app, org, &c.id).await;
+}
+
 /// The product timeline's total within `[after, before)`, as the tool answers it, against the
 /// events counted one by one; both must be exact.
 async fn assert_window_total(
@@ -255,11 +264,7 @@ db_test!(
             .collect();
         post_concurrently(&app, &public_key, more, 4).await;
         let busy = customer_of(&app, &org_id, "busy.example.com").await;
-        assert_eq!(
-            busy.events_counted,
-            tracked_times(&app, &org_id, &busy.id).await.len() as i64
-        );
-        assert_hours_match_events(&app, &org_id, &busy.id).await;
+        assert_counted_and_kept(&app, &org_id, &busy).await;
         assert_totals(&app, &org.api_key, &org_id, &busy).await;
 
         // Another organization asking for the same domain sees none of it.
@@ -319,11 +324,7 @@ db_test!(
             .expect("count");
         assert_eq!(counted, 1);
         let loaded = customer_of(&app, &org_id, "loaded.example.com").await;
-        assert_eq!(
-            loaded.events_counted,
-            tracked_times(&app, &org_id, &loaded.id).await.len() as i64
-        );
-        assert_hours_match_events(&app, &org_id, &loaded.id).await;
+        assert_counted_and_kept(&app, &org_id, &loaded).await;
         assert_totals(&app, &org.api_key, &org_id, &loaded).await;
 
         // Events ingested after are added to the hours.
