@@ -337,3 +337,51 @@ db_test!(
         assert_totals(&app, &org.api_key, &org_id, &loaded).await;
     }
 );
+
+db_test!(
+    imports_beside_ingest_leave_the_counter_to_ingest,
+    |app: TestApp| async move {
+        let org = app.org("Imported Busy").await;
+        let (org_id, public_key) = (org.organization_id.clone(), org.public_key.clone());
+        let start = Utc::now() - Duration::minutes(3);
+        let r = app
+            .ingest(
+                &public_key,
+                identify(BUSY_VISITOR, "busy", start - Duration::hours(40)),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let first: Vec<Value> = (0..11)
+            .map(|b| batch(BUSY_VISITOR, "busy", start, b * 100, 100))
+            .collect();
+        post_concurrently(&app, &public_key, first, 4).await;
+        assert!(
+            customer_of(&app, &org_id, "busy.example.com")
+                .await
+                .events_counted
+                >= KEPT_FROM
+        );
+
+        // Imports that update the customer run while four callers post more of its events.
+        let more: Vec<Value> = (11..15)
+            .map(|b| batch(BUSY_VISITOR, "busy", start, b * 100, 100))
+            .collect();
+        let imports = async {
+            for round in 0..5 {
+                let line = json!({"kind": "customer", "domain": "busy.example.com",
+                    "name": format!("Busy, round {round}"), "mrrCents": 100 * round})
+                .to_string();
+                let report = custintel::import::import_text(&app.db, &org_id, &line)
+                    .await
+                    .expect("import");
+                assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+            }
+        };
+        tokio::join!(imports, post_concurrently(&app, &public_key, more, 4));
+
+        let busy = customer_of(&app, &org_id, "busy.example.com").await;
+        assert_eq!(busy.name, "Busy, round 4");
+        assert_counted_and_kept(&app, &org_id, &busy).await;
+        assert_totals(&app, &org.api_key, &org_id, &busy).await;
+    }
+);
