@@ -82,7 +82,7 @@ pub async fn upsert_customer(
         mrr_cents: Set(0),
         traits: Set(json!({})),
         last_activity_at: Set(None),
-        events_counted: sea_orm::ActiveValue::NotSet,
+        events_counted: sea_orm::ActiveValue::Set(0),
         created_at: Set(now),
         updated_at: Set(now),
     }

@@ -985,7 +985,7 @@ async fn stripe_sync_and_webhook(backend: Backend) {
             mrr_cents: Set(0),
             traits: Set(json!({})),
             last_activity_at: Set(None),
-            events_counted: sea_orm::ActiveValue::NotSet,
+            events_counted: sea_orm::ActiveValue::Set(0),
             created_at: Set(Utc::now()),
             updated_at: Set(Utc::now()),
         }

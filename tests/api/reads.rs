@@ -198,6 +198,7 @@ async fn users_are_written_across_schema_changes() {
                         traits: Set(json!({})),
                         created_at: Set(now),
                         updated_at: Set(now),
+                        events_counted: Set(0),
                         ..Default::default()
                     }
                     .insert(&txn)

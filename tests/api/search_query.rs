@@ -64,7 +64,7 @@ async fn add_customer_on(
         mrr_cents: Set(mrr),
         traits: Set(json!({ "plan": "pro" })),
         last_activity_at: Set(Some(at(20))),
-        events_counted: sea_orm::ActiveValue::NotSet,
+        events_counted: sea_orm::ActiveValue::Set(0),
         created_at: Set(at(1)),
         updated_at: Set(at(1)),
     }
@@ -1350,6 +1350,7 @@ db_test!(
                         mrr_cents: Set(amounts[(n * 7 + 3) % amounts.len()]),
                         billing_status: Set(statuses[(n + 1) % 3]),
                         traits: Set(json!({"plan": "team", "beta": n % 2 == 0, "seats": 3})),
+                        events_counted: Set(0),
                         ..Default::default()
                     }
                     .update(&app.db)

@@ -484,7 +484,7 @@ pub(super) async fn resolve_customer<C: ConnectionTrait>(
                 mrr_cents: Set(0),
                 traits: Set(Value::Object(other)),
                 last_activity_at: Set(None),
-                events_counted: sea_orm::ActiveValue::NotSet,
+                events_counted: sea_orm::ActiveValue::Set(0),
                 created_at: Set(now),
                 updated_at: Set(now),
             }
