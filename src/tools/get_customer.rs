@@ -16,7 +16,7 @@ use super::{
     common::{first_page, parse_duration, resolve_customer, ts, PageTotal, Total},
     record_counts::KeptTotal,
     records,
-    timeline::{self, Channels, Window},
+    timeline::{self, AlreadyRead, Channels, Newest, Window},
     ToolContext, ToolError, ToolResult,
 };
 
@@ -87,6 +87,15 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         totals.insert(section.into(), json!(t.count));
         exact.insert(section.into(), json!(t.exact));
     };
+    // What the revenue and sources sections read, newest first, for `recentTimeline`: the
+    // sources section reads as many as the timeline shows when both are included.
+    let mut billing_newest_first = Vec::new();
+    let mut sources_newest_first = Vec::new();
+    let sources_read = if include.contains(&Section::RecentTimeline) {
+        SECTION_SOURCES.max(SECTION_TIMELINE)
+    } else {
+        SECTION_SOURCES
+    };
     if include.contains(&Section::Users) {
         let users = user::Entity::find()
             .filter(user::Column::OrganizationId.eq(org))
@@ -110,15 +119,14 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             .filter(billing_change::Column::OrganizationId.eq(org))
             .filter(billing_change::Column::CustomerId.eq(&c.id));
         let counted = PageTotal::Counted(changes.clone());
-        let (mut rows, count) =
-            first_and_total(db, changes, counted, SECTION_REVENUE_HISTORY, |q| {
-                q.order_by(billing_change::Column::At, Order::Desc)
-                    .order_by(billing_change::Column::Id, Order::Desc)
-            })
-            .await?;
-        rows.reverse();
+        let (rows, count) = first_and_total(db, changes, counted, SECTION_REVENUE_HISTORY, |q| {
+            q.order_by(billing_change::Column::At, Order::Desc)
+                .order_by(billing_change::Column::Id, Order::Desc)
+        })
+        .await?;
         let history: Vec<Value> = rows
             .iter()
+            .rev()
             .map(|b| json!({ "at": ts(&b.at), "billingStatus": b.billing_status.as_str(), "mrrCents": b.mrr_cents }))
             .collect();
         let mut revenue =
@@ -126,16 +134,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         revenue["history"] = Value::Array(history);
         obj.insert("revenue".into(), revenue);
         total("revenue", count);
-    }
-    if include.contains(&Section::RecentTimeline) {
-        let window = Window::of(&c, Some(Utc::now() - timeframe), None, Channels::ALL);
-        let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true).await?;
-        let count = read.total(ctx, &window).await?;
-        obj.insert(
-            "recentTimeline".into(),
-            read.entries.into_iter().map(|e| e.value).collect(),
-        );
-        total("recentTimeline", count);
+        billing_newest_first = rows;
     }
     if include.contains(&Section::Facts) {
         let facts = fact::Entity::find()
@@ -161,7 +160,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
             db,
             sources,
             PageTotal::kept(org, &kept),
-            SECTION_SOURCES,
+            sources_read,
             |q| {
                 q.order_by(source::Column::OccurredAt, Order::Desc)
                     .order_by(source::Column::Id, Order::Desc)
@@ -170,9 +169,35 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         .await?;
         obj.insert(
             "sources".into(),
-            rows.iter().map(records::source_item).collect(),
+            rows.iter()
+                .take(SECTION_SOURCES as usize)
+                .map(records::source_item)
+                .collect(),
         );
         total("sources", count);
+        sources_newest_first = rows;
+    }
+    if include.contains(&Section::RecentTimeline) {
+        let window = Window::of(&c, Some(Utc::now() - timeframe), None, Channels::ALL);
+        // The billing changes and sources the sections above read are the newest of the
+        // customer's: the timeline takes its latest ones from them where they suffice.
+        let known = AlreadyRead {
+            billing: include.contains(&Section::Revenue).then(|| Newest {
+                rows: &billing_newest_first,
+                all: (billing_newest_first.len() as u64) < SECTION_REVENUE_HISTORY,
+            }),
+            sources: include.contains(&Section::Sources).then(|| Newest {
+                rows: &sources_newest_first,
+                all: (sources_newest_first.len() as u64) < sources_read,
+            }),
+        };
+        let read = timeline::read(ctx, &window, None, SECTION_TIMELINE, true, &known).await?;
+        let count = read.total(ctx, &window).await?;
+        obj.insert(
+            "recentTimeline".into(),
+            read.entries.into_iter().map(|e| e.value).collect(),
+        );
+        total("recentTimeline", count);
     }
     if !include.is_empty() {
         obj.insert("includeTotals".into(), Value::Object(totals));

@@ -104,7 +104,15 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         }),
         None => None,
     };
-    let read = timeline::read(ctx, &window, start.as_ref(), req.limit + 1, false).await?;
+    let read = timeline::read(
+        ctx,
+        &window,
+        start.as_ref(),
+        req.limit + 1,
+        false,
+        &timeline::AlreadyRead::default(),
+    )
+    .await?;
     let total = match &req.cursor {
         Some(c) => c.total(),
         None => read.total(ctx, &window).await?,

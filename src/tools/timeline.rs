@@ -272,15 +272,58 @@ impl Read {
     }
 }
 
+/// A customer's newest rows of one table, newest first, that another part of the same call
+/// already read: `all` when they are every row the customer has.
+pub struct Newest<'r, M> {
+    pub rows: &'r [M],
+    pub all: bool,
+}
+
+impl<M> Newest<'_, M> {
+    /// The latest `n` of these rows within the window (`at` gives a row's time) that `keep`
+    /// accepts, newest first, when they are surely the window's latest `n` such rows: there are
+    /// `n` of them, or the rows are all the customer has, or they reach back past the window's
+    /// start (so every row of the window is among them). `None` when the window must be read.
+    fn latest_in(
+        &self,
+        w: &Window,
+        n: u64,
+        at: impl Fn(&M) -> DateTime<Utc>,
+        keep: impl Fn(&M) -> bool,
+    ) -> Option<Vec<&M>> {
+        let after_start = |m: &M| w.from.is_none_or(|from| at(m) >= from);
+        let in_window = |m: &M| after_start(m) && w.before.is_none_or(|before| at(m) < before);
+        let latest: Vec<&M> = self
+            .rows
+            .iter()
+            .filter(|&m| in_window(m) && keep(m))
+            .take(n as usize)
+            .collect();
+        let reaches_back = self.rows.last().is_some_and(|m| !after_start(m));
+        (latest.len() as u64 == n || self.all || reaches_back).then_some(latest)
+    }
+}
+
+/// Rows another section of the same call already read, newest first, which a read of the
+/// window's latest entries takes instead of reading them again.
+#[derive(Default)]
+pub struct AlreadyRead<'r> {
+    pub billing: Option<Newest<'r, billing_change::Model>>,
+    pub sources: Option<Newest<'r, source::Model>>,
+}
+
 /// Up to `n` entries in the window: oldest first after `start`, or (with `newest_first`) the
-/// latest `n`, still returned oldest first.
+/// latest `n`, still returned oldest first. A read of the latest entries takes what `known`
+/// holds where that is surely the window's latest.
 pub async fn read(
     ctx: &ToolContext,
     w: &Window<'_>,
     start: Option<&Position>,
     n: u64,
     newest_first: bool,
+    known: &AlreadyRead<'_>,
 ) -> ToolResult<Read> {
+    let latest = newest_first && start.is_none();
     let db = ctx.db().await?;
     // Whether every channel read came back short of `n` rows, from the window's start.
     let mut whole = start.is_none();
@@ -315,7 +358,15 @@ pub async fn read(
             value: records::timeline_event(e),
         }));
     }
-    if w.channels.billing {
+    let known_billing = known
+        .billing
+        .as_ref()
+        .filter(|_| latest && w.channels.billing)
+        .and_then(|b| b.latest_in(w, n, |b| b.at, |_| true));
+    if let Some(rows) = known_billing {
+        short(rows.len());
+        entries.extend(rows.into_iter().map(billing_entry));
+    } else if w.channels.billing {
         let mut q = billing_change::Entity::find().filter(billing_filter(ctx, w));
         if let Some(pos) = start {
             q = q.filter(after(
@@ -332,15 +383,25 @@ pub async fn read(
             .all(db)
             .await?;
         short(rows.len());
-        entries.extend(rows.iter().map(|b| Entry {
-            at: b.at,
-            rank: RANK_BILLING,
-            id: b.id.clone(),
-            value: records::timeline_billing(b),
-        }));
+        entries.extend(rows.iter().map(billing_entry));
     }
     let types = w.channels.source_types();
-    if !types.is_empty() {
+    let known_sources = known
+        .sources
+        .as_ref()
+        .filter(|_| latest && !types.is_empty())
+        .and_then(|s| {
+            s.latest_in(
+                w,
+                n,
+                |s| s.occurred_at,
+                |s| types.iter().any(|t| *t == s.source_type),
+            )
+        });
+    if let Some(rows) = known_sources {
+        short(rows.len());
+        entries.extend(rows.into_iter().map(source_entry));
+    } else if !types.is_empty() {
         let mut q = source::Entity::find().filter(source_filter(ctx, w, &types));
         if let Some(pos) = start {
             q = q.filter(after(
@@ -357,12 +418,7 @@ pub async fn read(
             .all(db)
             .await?;
         short(rows.len());
-        entries.extend(rows.iter().map(|s| Entry {
-            at: s.occurred_at,
-            rank: RANK_SOURCE,
-            id: s.id.clone(),
-            value: records::timeline_source(s),
-        }));
+        entries.extend(rows.iter().map(source_entry));
     }
     entries.sort_by(|a, b| (a.at, a.rank, &a.id).cmp(&(b.at, b.rank, &b.id)));
     let total = whole.then(|| Total::exact(entries.len() as u64));
@@ -373,4 +429,22 @@ pub async fn read(
         entries.truncate(n as usize);
     }
     Ok(Read { entries, total })
+}
+
+fn billing_entry(b: &billing_change::Model) -> Entry {
+    Entry {
+        at: b.at,
+        rank: RANK_BILLING,
+        id: b.id.clone(),
+        value: records::timeline_billing(b),
+    }
+}
+
+fn source_entry(s: &source::Model) -> Entry {
+    Entry {
+        at: s.occurred_at,
+        rank: RANK_SOURCE,
+        id: s.id.clone(),
+        value: records::timeline_source(s),
+    }
 }

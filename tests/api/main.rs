@@ -11,6 +11,7 @@ mod browser;
 mod cli;
 mod cli_client;
 mod contract;
+mod customer_sections;
 mod engine;
 mod event_hours;
 mod import;

@@ -317,7 +317,12 @@ async fn list_total(app: &TestApp, key: &str, name: &str, input: Value) -> Value
 
 /// `svc_get_customer`'s `recentTimeline` with every include is the one it reads alone, and so
 /// is its total.
-async fn assert_same_latest_timeline(app: &TestApp, key: &str, customer: &str, timeframe: &str) {
+pub async fn assert_same_latest_timeline(
+    app: &TestApp,
+    key: &str,
+    customer: &str,
+    timeframe: &str,
+) {
     let every = ["users", "revenue", "recentTimeline", "facts", "sources"];
     let mut sections = Vec::new();
     for include in [json!(every), json!(["recentTimeline"])] {
