@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 use crate::db::customer_event_hours;
 
 use super::{
-    common::{count_capped_parts, count_capped_parts_beside_kept, key_time, rows_of, Total},
+    common::{
+        count_capped_parts, count_capped_parts_beside_kept, key_time, rows_of, Total, SOURCE_TYPES,
+    },
     records, ToolContext, ToolResult,
 };
 
@@ -208,12 +210,20 @@ fn billing_filter(ctx: &ToolContext, w: &Window) -> Condition {
         .add(window(billing_change::Column::At, w))
 }
 
+/// The customer's sources of `types` in the window. Every stored source has one of the
+/// canonical types (the import, which writes them, rejects any other), so asking for all of
+/// them filters nothing and the condition is left out: a count then reads the customer's time
+/// index alone, where checking the type read every counted source's row (at a million
+/// customers, 3.9 ms warm and 13.7 cold for the 1,621 sources of a busy customer's 30 days,
+/// against 0.6).
 fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
-    Condition::all()
+    let mut filter = Condition::all()
         .add(source::Column::OrganizationId.eq(&ctx.organization_id))
-        .add(source::Column::CustomerId.eq(w.customer_id))
-        .add(source::Column::SourceType.is_in(types.to_vec()))
-        .add(window(source::Column::OccurredAt, w))
+        .add(source::Column::CustomerId.eq(w.customer_id));
+    if types.len() < SOURCE_TYPES.len() {
+        filter = filter.add(source::Column::SourceType.is_in(types.to_vec()));
+    }
+    filter.add(window(source::Column::OccurredAt, w))
 }
 
 /// Entries in the whole window, counted up to the exact-count limit over all channels; a
@@ -446,5 +456,90 @@ fn source_entry(s: &source::Model) -> Entry {
         rank: RANK_SOURCE,
         id: s.id.clone(),
         value: records::timeline_source(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    /// Five rows an hour apart, newest first (1 to 5 hours before `now`).
+    fn hourly(now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        (1..=5).map(|h| now - Duration::hours(h)).collect()
+    }
+
+    fn window(from: Option<DateTime<Utc>>, before: Option<DateTime<Utc>>) -> Window<'static> {
+        Window {
+            customer_id: "c",
+            events_by_hour: false,
+            from,
+            before,
+            channels: Channels::ALL,
+        }
+    }
+
+    /// The hours (before `now`) of the rows `latest_in` takes, or `None`.
+    fn taken(
+        rows: &[DateTime<Utc>],
+        all: bool,
+        w: &Window,
+        n: u64,
+        keep: impl Fn(&DateTime<Utc>) -> bool,
+        now: DateTime<Utc>,
+    ) -> Option<Vec<i64>> {
+        let newest = Newest { rows, all };
+        newest
+            .latest_in(w, n, |at| *at, keep)
+            .map(|rows| rows.iter().map(|at| (now - **at).num_hours()).collect())
+    }
+
+    #[test]
+    fn known_rows_stand_for_the_window_only_when_they_surely_hold_its_latest() {
+        let now = Utc::now();
+        let rows = hourly(now);
+        let any = |_: &DateTime<Utc>| true;
+        let since = |h: i64| Some(now - Duration::minutes(h * 60 + 30));
+        // `n` rows in the window.
+        assert_eq!(
+            taken(&rows, false, &window(since(3), None), 2, any, now),
+            Some(vec![1, 2])
+        );
+        // Fewer, but the rows reach back past the window's start.
+        assert_eq!(
+            taken(&rows, false, &window(since(3), None), 10, any, now),
+            Some(vec![1, 2, 3])
+        );
+        // Fewer, all within the window: older rows not read may belong to it.
+        assert_eq!(
+            taken(&rows, false, &window(since(10), None), 10, any, now),
+            None
+        );
+        // ... unless the rows are all the customer has.
+        assert_eq!(
+            taken(&rows, true, &window(since(10), None), 10, any, now),
+            Some(vec![1, 2, 3, 4, 5])
+        );
+        // Rows `keep` refuses do not count towards `n`.
+        let odd_hours = |at: &DateTime<Utc>| (now - *at).num_hours() % 2 == 1;
+        assert_eq!(
+            taken(&rows, false, &window(since(10), None), 2, odd_hours, now),
+            Some(vec![1, 3])
+        );
+        assert_eq!(
+            taken(&rows, false, &window(since(10), None), 4, odd_hours, now),
+            None
+        );
+        // A window that ends before the newest rows.
+        let before = Some(now - Duration::minutes(90));
+        assert_eq!(
+            taken(&rows, false, &window(since(3), before), 2, any, now),
+            Some(vec![2, 3])
+        );
+        assert_eq!(
+            taken(&rows, false, &window(since(10), before), 5, any, now),
+            None
+        );
     }
 }
