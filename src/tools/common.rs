@@ -278,16 +278,28 @@ pub async fn count_capped_parts<C: sea_orm::ConnectionTrait>(
     db: &C,
     parts: Vec<sea_orm::sea_query::SelectStatement>,
 ) -> Result<Total, sea_orm::DbErr> {
-    match capped_union(parts) {
-        Some(rows) => Ok(Total::capped(count_of(db, count_rows_expr(rows)).await?)),
-        None => Ok(Total::exact(0)),
+    Ok(Total::capped(
+        count_parts_up_to(db, parts, EXACT_TOTAL_LIMIT + 1).await?,
+    ))
+}
+
+/// The rows of `parts` ([`rows_of`]) counted together as [`count_capped_parts`] does, stopping
+/// at `cap`.
+pub async fn count_parts_up_to<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    parts: Vec<sea_orm::sea_query::SelectStatement>,
+    cap: u64,
+) -> Result<u64, sea_orm::DbErr> {
+    match capped_union(parts, cap) {
+        Some(rows) => count_of(db, count_rows_expr(rows)).await,
+        None => Ok(0),
     }
 }
 
-/// The rows of `parts` as one `UNION ALL` under one `LIMIT` of one past
-/// [`EXACT_TOTAL_LIMIT`]; `None` without parts.
+/// The rows of `parts` as one `UNION ALL` under one `LIMIT` of `cap`; `None` without parts.
 fn capped_union(
     parts: Vec<sea_orm::sea_query::SelectStatement>,
+    cap: u64,
 ) -> Option<sea_orm::sea_query::SelectStatement> {
     use sea_orm::sea_query::UnionType;
     let mut parts = parts.into_iter();
@@ -295,7 +307,7 @@ fn capped_union(
     for part in parts {
         rows.union(UnionType::All, part);
     }
-    rows.limit(EXACT_TOTAL_LIMIT + 1);
+    rows.limit(cap);
     Some(rows)
 }
 
@@ -309,7 +321,8 @@ pub async fn count_capped_parts_beside_kept<C: sea_orm::ConnectionTrait>(
     use sea_orm::sea_query::Alias;
     const KEPT: &str = "kept_total";
     const TOTAL: &str = "counted_total";
-    let counted = capped_union(parts).map_or(Expr::val(0i64), count_rows_expr);
+    let counted =
+        capped_union(parts, EXACT_TOTAL_LIMIT + 1).map_or(Expr::val(0i64), count_rows_expr);
     let mut statement = sea_orm::sea_query::Query::select();
     statement
         .expr_as(counted, Alias::new(TOTAL))

@@ -12,8 +12,9 @@ use serde_json::{json, Map, Value};
 use super::{
     activity_page::{activity_page, ActivityRange, KnownTotal},
     common::{
-        check_fields, count_up_to, filter_by_name, key_time_opt, parse_duration,
-        rare_trait_candidates, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT, FEW_MATCHES,
+        check_fields, count_parts_up_to, filter_by_name, key_time_opt, parse_duration,
+        rare_trait_candidates, rows_of, ListRequest, Residuals, Total, EXACT_TOTAL_LIMIT,
+        FEW_MATCHES,
     },
     few_matches_page::{few_matches_page, MatchKeys},
     record_counts::{self, KeptTotal},
@@ -110,10 +111,6 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     // few customers): read those, then order them. Walking the activity index instead would
     // test every customer of the organization against the few the name index found.
     let rare_trait = traits.candidates;
-    let matches_up_to = |served: Condition, cap: u64| async move {
-        let db = ctx.db().await?;
-        Ok::<_, super::ToolError>(count_up_to(db, Entity::find().filter(served), cap).await?)
-    };
     // A revenue range beside nothing but a billing status: its count is the list's total too,
     // so it is counted to where totals stop being exact, once.
     let revenue_alone = input.active_within.is_none()
@@ -124,10 +121,12 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
     // Counted to choose the path (and, alone, for the total): a name the index found in few
     // customers takes the few-matches path whatever the range holds. The kept revenue bands
     // answer first: exactly for a range on their edges, and otherwise with a lower bound that,
-    // once past the limit at hand, makes the count unneeded.
+    // once past the limit at hand, makes the count unneeded. Else the range's edges outside
+    // those bands are counted from the revenue index, up to what the limit still needs (the
+    // whole range when no band lies within it).
     let narrow_revenue = match (&rare_trait, &revenue) {
         (None, Some(revenue)) if !named => {
-            let (count, exact) = record_counts::customers_in_revenue_range(
+            let in_range = record_counts::customers_in_revenue_range(
                 ctx.db().await?,
                 &ctx.organization_id,
                 input.billing_status.map(BillingStatus::as_str),
@@ -135,22 +134,39 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 revenue.max,
             )
             .await?;
-            let kept = Total { count, exact };
-            let served = filter.clone().add(revenue.indexed());
+            let kept = in_range.kept;
+            let exact = in_range.edges.is_empty();
+            let kept_plus_edges = |limit: u64| {
+                let edges = in_range
+                    .edges
+                    .iter()
+                    .map(|&(min, max)| {
+                        rows_of(
+                            Entity::find()
+                                .filter(filter.clone().add(Revenue { min, max }.indexed())),
+                        )
+                    })
+                    .collect();
+                async move {
+                    let db = ctx.db().await?;
+                    let edges =
+                        count_parts_up_to(db, edges, (limit + 1).saturating_sub(kept)).await?;
+                    Ok::<_, super::ToolError>(kept + edges)
+                }
+            };
             let matches = if revenue_alone {
-                if kept.exact || kept.count > EXACT_TOTAL_LIMIT {
-                    revenue_total = Some(kept);
-                    kept.count
+                if exact || kept > EXACT_TOTAL_LIMIT {
+                    revenue_total = Some(Total { count: kept, exact });
+                    kept
                 } else {
-                    let n =
-                        matches_up_to(served, Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES) + 1).await?;
+                    let n = kept_plus_edges(Ord::max(EXACT_TOTAL_LIMIT, FEW_MATCHES)).await?;
                     revenue_total = Some(Total::capped(n));
                     n
                 }
-            } else if kept.exact || kept.count > FEW_MATCHES {
-                kept.count
+            } else if exact || kept > FEW_MATCHES {
+                kept
             } else {
-                matches_up_to(served, FEW_MATCHES + 1).await?
+                kept_plus_edges(FEW_MATCHES).await?
             };
             matches <= FEW_MATCHES
         }

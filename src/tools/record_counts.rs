@@ -231,43 +231,75 @@ fn build_revenue_bands() -> Vec<(String, i128, i128)> {
     bands
 }
 
-/// The first and last labels of the bands wholly within `[min, max]`, and whether those bands
-/// hold exactly that range; `None` when no band lies wholly within it.
-fn revenue_bands_within(min: Option<i64>, max: Option<i64>) -> Option<(String, String, bool)> {
-    let min = i128::from(min.unwrap_or(i64::MIN));
-    let max = i128::from(max.unwrap_or(i64::MAX));
+/// A revenue range's part `[min, max]` (either open) outside the kept bands it holds, which
+/// the revenue index counts.
+pub type RevenueEdge = (Option<i64>, Option<i64>);
+
+/// The bands wholly within a revenue range: the first and last labels, and the parts of the
+/// range below and above them (none when the range starts and ends on band edges).
+#[derive(Debug, PartialEq)]
+struct BandsWithin {
+    first: String,
+    last: String,
+    edges: Vec<RevenueEdge>,
+}
+
+/// The bands wholly within `[min, max]`; `None` when no band lies wholly within it.
+fn revenue_bands_within(min: Option<i64>, max: Option<i64>) -> Option<BandsWithin> {
+    let low = i128::from(min.unwrap_or(i64::MIN));
+    let high = i128::from(max.unwrap_or(i64::MAX));
     let within: Vec<_> = revenue_bands()
         .iter()
-        .filter(|(_, low, high)| *low >= min && high - 1 <= max)
+        .filter(|(_, band_low, band_high)| *band_low >= low && band_high - 1 <= high)
         .collect();
     let (first, first_low, _) = within.first()?;
     let (last, _, last_high) = within.last()?;
-    Some((
-        first.clone(),
-        last.clone(),
-        *first_low == min && last_high - 1 == max,
-    ))
+    // The bands meet, so they hold `[first_low, last_high)`; what the range holds beyond that
+    // fits in an i64 on either side.
+    let mut edges = Vec::new();
+    if *first_low > low {
+        edges.push((min, i64::try_from(first_low - 1).ok()));
+    }
+    if *last_high <= high {
+        edges.push((i64::try_from(*last_high).ok(), max));
+    }
+    Some(BandsWithin {
+        first: first.clone(),
+        last: last.clone(),
+        edges,
+    })
 }
 
-/// Customers with a revenue in `[min, max]` (and `billing_status`), from the kept revenue
-/// bands, and whether that is exact: it is when the range starts and ends on band edges, and
-/// otherwise a lower bound (the bands wholly within the range).
+/// Customers with a revenue in a range (and a billing status), in two parts: `kept`, those in
+/// the kept bands wholly within the range, and `edges`, the parts of the range outside those
+/// bands, which only the revenue index can count (none when the range starts and ends on band
+/// edges, so `kept` is exact; the whole range when no band lies within it).
+#[derive(Debug)]
+pub struct RevenueRange {
+    pub kept: u64,
+    pub edges: Vec<RevenueEdge>,
+}
+
+/// [`RevenueRange`] of `[min, max]` (and `billing_status`) from the kept revenue bands.
 pub async fn customers_in_revenue_range<C: ConnectionTrait>(
     db: &C,
     organization_id: &str,
     billing_status: Option<&str>,
     min: Option<i64>,
     max: Option<i64>,
-) -> Result<(u64, bool), DbErr> {
-    let Some((first, last, exact)) = revenue_bands_within(min, max) else {
-        return Ok((0, false));
+) -> Result<RevenueRange, DbErr> {
+    let Some(within) = revenue_bands_within(min, max) else {
+        return Ok(RevenueRange {
+            kept: 0,
+            edges: vec![(min, max)],
+        });
     };
     let column = |name: &str| Expr::col(Alias::new(name));
     let mut query = sum_of_counts(organization_id, "customer_revenue");
     query
-        .and_where(column("bucket").gte(first))
+        .and_where(column("bucket").gte(within.first))
         // `;` sorts right after the `:` that ends each label.
-        .and_where(column("bucket").lt(format!("{last};")));
+        .and_where(column("bucket").lt(format!("{};", within.last)));
     if let Some(status) = billing_status {
         // The status follows the three-character label and its `:`.
         let status_of_bucket = sea_orm::sea_query::Func::cust(Alias::new("substr"))
@@ -275,7 +307,10 @@ pub async fn customers_in_revenue_range<C: ConnectionTrait>(
             .arg(5);
         query.and_where(Expr::expr(status_of_bucket).eq(status));
     }
-    Ok((read_sum(db, &query).await?, exact))
+    Ok(RevenueRange {
+        kept: read_sum(db, &query).await?,
+        edges: within.edges,
+    })
 }
 
 /// The customers' kept counts per hour and per day of their last activity (see their
@@ -428,29 +463,53 @@ mod tests {
 
     #[test]
     fn a_range_sums_the_bands_wholly_within_it() {
-        let within = |min, max| revenue_bands_within(min, max);
+        let within = |min, max| revenue_bands_within(min, max).map(|b| (b.first, b.last, b.edges));
         assert_eq!(
             within(Some(50_000), None),
-            Some(("055".into(), "199".into(), true))
+            Some(("055".into(), "199".into(), vec![]))
         );
-        assert_eq!(within(None, None), Some(("000".into(), "199".into(), true)));
+        assert_eq!(
+            within(None, None),
+            Some(("000".into(), "199".into(), vec![]))
+        );
         assert_eq!(
             within(Some(0), Some(0)),
-            Some(("010".into(), "010".into(), true))
+            Some(("010".into(), "010".into(), vec![]))
         );
         assert_eq!(
             within(Some(150_000), None),
-            Some(("062".into(), "199".into(), false)),
+            Some((
+                "062".into(),
+                "199".into(),
+                vec![(Some(150_000), Some(199_999))]
+            )),
             "150,000 lies within the band from 100,000"
         );
         assert_eq!(
             within(Some(10_000), Some(29_999)),
-            Some(("051".into(), "052".into(), true))
+            Some(("051".into(), "052".into(), vec![]))
         );
         assert_eq!(
             within(Some(10_000), Some(30_000)),
-            Some(("051".into(), "052".into(), false))
+            Some((
+                "051".into(),
+                "052".into(),
+                vec![(Some(30_000), Some(30_000))]
+            ))
         );
+        assert_eq!(
+            within(Some(2_000), Some(49_999)),
+            Some(("042".into(), "054".into(), vec![]))
+        );
+        assert_eq!(
+            within(Some(2_500), Some(120_000)),
+            Some((
+                "043".into(),
+                "059".into(),
+                vec![(Some(2_500), Some(2_999)), (Some(100_000), Some(120_000))]
+            ))
+        );
+        assert_eq!(within(None, Some(-3)), None, "the band below 0 ends at -1");
         assert_eq!(within(Some(150_000), Some(170_000)), None);
         assert_eq!(within(Some(5), Some(4)), None);
     }

@@ -917,6 +917,21 @@ db_test!(
         .await;
         assert_eq!(r.body["pagination"]["total"], 50);
         assert_eq!(r.body["pagination"]["totalExact"], true);
+        // Within the limit, a range off the bands' edges on both sides: the bands within it
+        // (2,000 to 9,999 cents: 8,000 customers) and its edges counted (500 below, 500 above).
+        for status in [None, Some("PAYING")] {
+            let mut input = json!({"minMrrCents": 1_500, "maxMrrCents": 10_499});
+            if let Some(status) = status {
+                input["billingStatus"] = json!(status);
+            }
+            let r = tool(&app, k, "svc_list_customers", input).await;
+            assert_eq!(
+                r.body["pagination"]["total"], 9_000,
+                "{status:?}: {}",
+                r.body["pagination"]
+            );
+            assert_eq!(r.body["pagination"]["totalExact"], true);
+        }
         // A trait value alone takes its exact total from the kept trait value counts.
         let r = tool(
             &app,
