@@ -43,6 +43,7 @@ mod m20261129_040000_counts_per_customer;
 mod m20261130_010000_customer_traits_by_organization;
 mod m20261130_020000_customer_activity_counts;
 mod m20261201_010000_customer_event_hours;
+mod m20261201_020000_finer_revenue_bands;
 mod postgres_only;
 
 pub struct Migrator;
@@ -92,6 +93,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_010000_customer_traits_by_organization::Migration),
             Box::new(m20261130_020000_customer_activity_counts::Migration),
             Box::new(m20261201_010000_customer_event_hours::Migration),
+            Box::new(m20261201_020000_finer_revenue_bands::Migration),
         ]
     }
 }

@@ -202,9 +202,10 @@ pub async fn trait_value_counts<'a, C: ConnectionTrait>(
         .collect())
 }
 
-/// The revenue bands of the `customer_revenue` counts (see their migration): each label
-/// (the amount's number of digits, two wide, then its first digit) with the amounts it holds,
-/// `[low, high)`, in the labels' order, which is the amounts' order. Built once.
+/// The revenue bands of the `customer_revenue` counts (see their migrations): each label
+/// (the amount's number of digits, two wide, then its first two digits, a one-digit amount's
+/// followed by `0`) with the amounts it holds, `[low, high)`, in the labels' order, which is
+/// the amounts' order. Built once.
 fn revenue_bands() -> &'static [(String, i128, i128)] {
     static BANDS: std::sync::LazyLock<Vec<(String, i128, i128)>> =
         std::sync::LazyLock::new(build_revenue_bands);
@@ -214,18 +215,21 @@ fn revenue_bands() -> &'static [(String, i128, i128)] {
 /// Builds [`revenue_bands`].
 fn build_revenue_bands() -> Vec<(String, i128, i128)> {
     let mut bands = vec![
-        ("000".to_string(), i128::from(i64::MIN), 0),
-        ("010".to_string(), 0, 1),
+        ("0000".to_string(), i128::from(i64::MIN), 0),
+        ("0100".to_string(), 0, 1),
     ];
-    for digits in 1..=19u32 {
-        let unit = 10i128.pow(digits - 1);
-        for first in 1..=9i128 {
-            if first * unit > i128::from(i64::MAX) {
+    for first in 1..=9i128 {
+        bands.push((format!("01{first}0"), first, first + 1));
+    }
+    for digits in 2..=19u32 {
+        let unit = 10i128.pow(digits - 2);
+        for lead in 10..=99i128 {
+            if lead * unit > i128::from(i64::MAX) {
                 return bands;
             }
             // The last band ends with the amounts.
-            let high = Ord::min((first + 1) * unit, i128::from(i64::MAX) + 1);
-            bands.push((format!("{digits:02}{first}"), first * unit, high));
+            let high = Ord::min((lead + 1) * unit, i128::from(i64::MAX) + 1);
+            bands.push((format!("{digits:02}{lead}"), lead * unit, high));
         }
     }
     bands
@@ -301,10 +305,10 @@ pub async fn customers_in_revenue_range<C: ConnectionTrait>(
         // `;` sorts right after the `:` that ends each label.
         .and_where(column("bucket").lt(format!("{};", within.last)));
     if let Some(status) = billing_status {
-        // The status follows the three-character label and its `:`.
+        // The status follows the four-character label and its `:`.
         let status_of_bucket = sea_orm::sea_query::Func::cust(Alias::new("substr"))
             .arg(column("bucket"))
-            .arg(5);
+            .arg(6);
         query.and_where(Expr::expr(status_of_bucket).eq(status));
     }
     Ok(RevenueRange {
@@ -422,10 +426,10 @@ mod tests {
     /// The band of an amount as the migration's triggers write it.
     fn label(amount: i64) -> String {
         if amount < 0 {
-            return "000".into();
+            return "0000".into();
         }
-        let text = amount.to_string();
-        format!("{:02}{}", text.len(), &text[..1])
+        let text = format!("{amount}0");
+        format!("{:02}{}", text.len() - 1, &text[..2])
     }
 
     #[test]
@@ -464,53 +468,41 @@ mod tests {
     #[test]
     fn a_range_sums_the_bands_wholly_within_it() {
         let within = |min, max| revenue_bands_within(min, max).map(|b| (b.first, b.last, b.edges));
-        assert_eq!(
-            within(Some(50_000), None),
-            Some(("055".into(), "199".into(), vec![]))
-        );
-        assert_eq!(
-            within(None, None),
-            Some(("000".into(), "199".into(), vec![]))
-        );
-        assert_eq!(
-            within(Some(0), Some(0)),
-            Some(("010".into(), "010".into(), vec![]))
-        );
-        assert_eq!(
-            within(Some(150_000), None),
-            Some((
-                "062".into(),
-                "199".into(),
-                vec![(Some(150_000), Some(199_999))]
-            )),
-            "150,000 lies within the band from 100,000"
-        );
+        let bands = |first: &str, last: &str, edges: Vec<RevenueEdge>| {
+            Some((first.to_string(), last.to_string(), edges))
+        };
+        assert_eq!(within(Some(50_000), None), bands("0550", "1992", vec![]));
+        assert_eq!(within(None, None), bands("0000", "1992", vec![]));
+        assert_eq!(within(Some(0), Some(0)), bands("0100", "0100", vec![]));
+        assert_eq!(within(Some(5), Some(9)), bands("0150", "0190", vec![]));
+        assert_eq!(within(Some(150_000), None), bands("0615", "1992", vec![]));
         assert_eq!(
             within(Some(10_000), Some(29_999)),
-            Some(("051".into(), "052".into(), vec![]))
+            bands("0510", "0529", vec![])
         );
         assert_eq!(
             within(Some(10_000), Some(30_000)),
-            Some((
-                "051".into(),
-                "052".into(),
-                vec![(Some(30_000), Some(30_000))]
-            ))
+            bands("0510", "0529", vec![(Some(30_000), Some(30_000))])
         );
         assert_eq!(
             within(Some(2_000), Some(49_999)),
-            Some(("042".into(), "054".into(), vec![]))
+            bands("0420", "0549", vec![])
         );
         assert_eq!(
-            within(Some(2_500), Some(120_000)),
-            Some((
-                "043".into(),
-                "059".into(),
-                vec![(Some(2_500), Some(2_999)), (Some(100_000), Some(120_000))]
-            ))
+            within(Some(2_550), Some(120_000)),
+            bands(
+                "0426",
+                "0611",
+                vec![(Some(2_550), Some(2_599)), (Some(120_000), Some(120_000))]
+            )
+        );
+        assert_eq!(
+            within(Some(100_000), Some(120_000)),
+            bands("0610", "0611", vec![(Some(120_000), Some(120_000))]),
+            "a range of the benchmark's, once counted whole"
         );
         assert_eq!(within(None, Some(-3)), None, "the band below 0 ends at -1");
-        assert_eq!(within(Some(150_000), Some(170_000)), None);
+        assert_eq!(within(Some(150_500), Some(150_900)), None);
         assert_eq!(within(Some(5), Some(4)), None);
     }
 }

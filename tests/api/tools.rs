@@ -863,8 +863,8 @@ db_test!(
         .await;
         assert_eq!(r.body["pagination"]["total"], 10_051);
         assert_eq!(r.body["pagination"]["totalExact"], true);
-        // A revenue range on the kept revenue bands' edges (a first digit and zeros: 1, 2, ...,
-        // 9, 10, 20, ..., 90, 100, 200, ... cents) is counted exactly by them, however large.
+        // A revenue range on the kept revenue bands' edges (two first digits and zeros: 1, ...,
+        // 9, 10, 11, ..., 99, 100, 110, ... cents) is counted exactly by them, however large.
         let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 1})).await;
         assert_eq!(r.body["pagination"]["total"], 10_051);
         assert_eq!(r.body["pagination"]["totalExact"], true);
@@ -879,9 +879,9 @@ db_test!(
         assert_eq!(r.body["pagination"]["totalExact"], true);
         // Off their edges, the bands wholly within the range are a lower bound: past 10,000
         // it is the total, not exact; within it, the matches are counted to 10,001.
-        let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 15})).await;
+        let r = tool(&app, k, "svc_list_customers", json!({"minMrrCents": 155})).await;
         assert_eq!(
-            r.body["pagination"]["total"], 10_051,
+            r.body["pagination"]["total"], 10_050,
             "{}",
             r.body["pagination"]
         );
@@ -894,7 +894,7 @@ db_test!(
             &app,
             k,
             "svc_list_customers",
-            json!({"minMrrCents": 15, "cursor": next}),
+            json!({"minMrrCents": 155, "cursor": next}),
         )
         .await;
         assert_eq!(
