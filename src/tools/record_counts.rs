@@ -252,10 +252,11 @@ struct BandsWithin {
 fn revenue_bands_within(min: Option<i64>, max: Option<i64>) -> Option<BandsWithin> {
     let low = i128::from(min.unwrap_or(i64::MIN));
     let high = i128::from(max.unwrap_or(i64::MAX));
-    let within: Vec<_> = revenue_bands()
-        .iter()
-        .filter(|(_, band_low, band_high)| *band_low >= low && band_high - 1 <= high)
-        .collect();
+    // The bands are sorted and meet, so those wholly within the range are one run of them.
+    let bands = revenue_bands();
+    let start = bands.partition_point(|(_, band_low, _)| *band_low < low);
+    let end = bands.partition_point(|(_, _, band_high)| band_high - 1 <= high);
+    let within = bands.get(start..end)?;
     let (first, first_low, _) = within.first()?;
     let (last, _, last_high) = within.last()?;
     // The bands meet, so they hold `[first_low, last_high)`; what the range holds beyond that

@@ -220,10 +220,20 @@ fn source_filter(ctx: &ToolContext, w: &Window, types: &[&str]) -> Condition {
     let mut filter = Condition::all()
         .add(source::Column::OrganizationId.eq(&ctx.organization_id))
         .add(source::Column::CustomerId.eq(w.customer_id));
-    if types.len() < SOURCE_TYPES.len() {
+    if !every_source_type(types) {
         filter = filter.add(source::Column::SourceType.is_in(types.to_vec()));
     }
     filter.add(window(source::Column::OccurredAt, w))
+}
+
+/// Whether `types` are all the source types, so that every stored source is shown.
+fn every_source_type(types: &[&str]) -> bool {
+    types.len() == SOURCE_TYPES.len()
+}
+
+/// Whether a source of `source_type` is shown beside `types`, as [`source_filter`] reads it.
+fn shows_source(types: &[&str], source_type: &str) -> bool {
+    every_source_type(types) || types.contains(&source_type)
 }
 
 /// Entries in the whole window, counted up to the exact-count limit over all channels; a
@@ -405,7 +415,7 @@ pub async fn read(
                 w,
                 n,
                 |s| s.occurred_at,
-                |s| types.iter().any(|t| *t == s.source_type),
+                |s| shows_source(&types, &s.source_type),
             )
         });
     if let Some(rows) = known_sources {

@@ -4,14 +4,14 @@
 //! not). It must be the timeline the customer gets with `recentTimeline` alone.
 
 use chrono::{DateTime, Duration, Utc};
-use custintel::ops::import;
 use entity::{billing_change, customer::BillingStatus, source};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{EntityTrait, Set};
 use serde_json::json;
 
 use crate::db_test;
+use crate::event_hours::customer_of;
 use crate::helpers::TestApp;
-use crate::tools::assert_same_latest_timeline;
+use crate::tools::{assert_same_latest_timeline, import_all};
 
 const TIMEFRAMES: [&str; 6] = ["1h", "1d", "10d", "30d", "60d", "200d"];
 
@@ -63,25 +63,11 @@ db_test!(
         let org = app.org("Sections").await;
         let o = &org.organization_id;
         let k = &org.api_key;
-        let customers = ["many.com", "few.com", "old.com"].map(|d| {
-            json!({"kind": "customer", "domain": d, "billingStatus": "PAYING"}).to_string()
-        });
-        let report = import::import_text(&app.db, o, &customers.join("\n"))
-            .await
-            .expect("import");
-        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
-        let id_of = |domain: &'static str| {
-            let db = app.db.clone();
-            async move {
-                entity::customer::Entity::find()
-                    .filter(entity::customer::Column::Domain.eq(domain))
-                    .one(&db)
-                    .await
-                    .unwrap()
-                    .expect(domain)
-                    .id
-            }
-        };
+        let customers = ["many.com", "few.com", "old.com"]
+            .map(|d| json!({"kind": "customer", "domain": d, "billingStatus": "PAYING"}));
+        import_all(&app, o, &customers).await;
+        let app_ref = &app;
+        let id_of = |domain: &'static str| async move { customer_of(app_ref, o, domain).await.id };
         let now = Utc::now();
         let mut billing = Vec::new();
         let mut sources = Vec::new();

@@ -78,7 +78,7 @@ async fn post_concurrently(app: &TestApp, public_key: &str, batches: Vec<Value>,
     app.settle().await;
 }
 
-async fn customer_of(app: &TestApp, org: &str, domain: &str) -> customer::Model {
+pub async fn customer_of(app: &TestApp, org: &str, domain: &str) -> customer::Model {
     customer::Entity::find()
         .filter(customer::Column::OrganizationId.eq(org))
         .filter(customer::Column::Domain.eq(domain))

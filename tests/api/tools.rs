@@ -339,7 +339,7 @@ pub async fn assert_same_latest_timeline(
 }
 
 /// Imports `lines` through the import path; none may be rejected.
-async fn import_all(app: &TestApp, org: &str, lines: &[Value]) {
+pub async fn import_all(app: &TestApp, org: &str, lines: &[Value]) {
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
     let report = import::import_text(&app.db, org, &text.join("\n"))
         .await
