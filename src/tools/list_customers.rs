@@ -206,6 +206,9 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
         })
         .flatten()
         .map(|total| KnownTotal::KeptPlus(total.kept, total.edge));
+    // A few-matches list's total when known already: one trait value alone, or a revenue range
+    // (and a status) alone.
+    let few_total = traits.counted_alone.or(revenue_total);
     let known = kept
         .or(traits.counted_alone.map(KnownTotal::Counted))
         .or(revenue_total.map(KnownTotal::Counted))
@@ -229,6 +232,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 residual,
                 unimplied,
                 keys,
+                few_total,
                 Column::LastActivityAt,
                 Column::Id,
             )

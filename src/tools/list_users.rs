@@ -164,6 +164,7 @@ pub async fn run(ctx: &ToolContext, input: Input) -> ToolResult<Value> {
                 residual,
                 unimplied,
                 MatchKeys::InRows,
+                traits.counted_alone,
                 Column::LastActivityAt,
                 Column::Id,
             )
