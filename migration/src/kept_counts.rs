@@ -303,12 +303,12 @@ impl KeptByBucket {
         let KeptCount { record, table, .. } = &self.count;
         let mut statements = Vec::new();
         if backend == DbBackend::Postgres {
-            for suffix in ["", "_inserted", "_deleted"] {
+            for suffix in ["", "_inserted", "_deleted", "_updated"] {
                 statements.push(format!(
                     "DROP TRIGGER IF EXISTS {record}_count{suffix} ON {table}"
                 ));
             }
-            for suffix in ["_moved", "_inserted", "_deleted"] {
+            for suffix in ["_moved", "_inserted", "_deleted", "_updated"] {
                 statements.push(format!("DROP FUNCTION IF EXISTS {record}_count{suffix}()"));
             }
             statements.push(format!(
@@ -331,6 +331,65 @@ impl KeptByBucket {
             count.bucket_of(old),
             count.bucket_of(new)
         )
+    }
+
+    /// PostgreSQL: updates counted once per bucket by a trigger `FOR EACH STATEMENT` over the
+    /// statement's old and new rows (`moved_from`, `moved_to`), in place of the row trigger,
+    /// which upserted the same counter rows once per moved row. A statement that moves many
+    /// rows into one bucket (the applier's activity updates, 200 customers a statement, all
+    /// into the current hour) made that counter row a version per row within one transaction,
+    /// each upsert walking the versions before it. A statement trigger on updates cannot name
+    /// its columns, so it runs after every update of the table and finds the moved rows itself.
+    pub fn postgres_moves_per_statement(&self) -> Vec<String> {
+        let KeptCount { record, table, .. } = &self.count;
+        let moved = self.moved("o", "m", "IS DISTINCT FROM");
+        let (from, to) = (self.count.bucket_of("o"), self.count.bucket_of("m"));
+        vec![
+            format!("DROP TRIGGER IF EXISTS {record}_count ON {table}"),
+            format!(
+                "CREATE OR REPLACE FUNCTION {record}_count_updated() RETURNS trigger \
+                 LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount)
+    SELECT organization_id, '{record}', bucket, pg_backend_pid(), SUM(n), 0
+    FROM (
+        SELECT o.organization_id, {from} AS bucket, -1 AS n
+        FROM moved_from AS o JOIN moved_to AS m ON m.id = o.id WHERE {moved}
+        UNION ALL
+        SELECT m.organization_id, {to}, 1
+        FROM moved_from AS o JOIN moved_to AS m ON m.id = o.id WHERE {moved}
+    ) AS moves
+    GROUP BY 1, 3 HAVING SUM(n) <> 0
+    ON CONFLICT (organization_id, record, bucket, shard) DO UPDATE
+    SET n = record_counts.n + excluded.n;
+    RETURN NULL;
+END $$"
+            ),
+            format!(
+                "CREATE TRIGGER {record}_count_updated AFTER UPDATE ON {table} \
+                 REFERENCING OLD TABLE AS moved_from NEW TABLE AS moved_to \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {record}_count_updated()"
+            ),
+        ]
+    }
+
+    /// Undoes [`Self::postgres_moves_per_statement`]: the row trigger counts updates again.
+    pub fn postgres_moves_per_row(&self) -> Vec<String> {
+        let KeptCount {
+            record,
+            table,
+            columns,
+            ..
+        } = &self.count;
+        vec![
+            format!("DROP TRIGGER IF EXISTS {record}_count_updated ON {table}"),
+            format!("DROP FUNCTION IF EXISTS {record}_count_updated()"),
+            format!(
+                "CREATE TRIGGER {record}_count AFTER UPDATE OF organization_id, {columns} \
+                 ON {table} FOR EACH ROW WHEN ({}) EXECUTE FUNCTION {record}_count_moved()",
+                self.moved("OLD", "NEW", "IS DISTINCT FROM"),
+            ),
+        ]
     }
 
     fn create(&self, backend: DbBackend) -> Vec<String> {

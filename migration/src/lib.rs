@@ -44,6 +44,7 @@ mod m20261130_010000_customer_traits_by_organization;
 mod m20261130_020000_customer_activity_counts;
 mod m20261201_010000_customer_event_hours;
 mod m20261201_020000_finer_revenue_bands;
+mod m20261201_030000_activity_moves_per_statement;
 mod postgres_only;
 
 pub struct Migrator;
@@ -94,6 +95,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_020000_customer_activity_counts::Migration),
             Box::new(m20261201_010000_customer_event_hours::Migration),
             Box::new(m20261201_020000_finer_revenue_bands::Migration),
+            Box::new(m20261201_030000_activity_moves_per_statement::Migration),
         ]
     }
 }

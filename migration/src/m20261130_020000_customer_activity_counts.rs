@@ -22,7 +22,7 @@ use crate::kept_counts::{KeptByBucket, KeptCount};
 pub struct Migration;
 
 /// The kept counts on `backend`: per hour, then per day.
-fn activity_counts(backend: DbBackend) -> [KeptByBucket; 2] {
+pub(crate) fn activity_counts(backend: DbBackend) -> [KeptByBucket; 2] {
     let postgres = backend == DbBackend::Postgres;
     let counted = |record, postgres_label, sqlite_label| KeptByBucket {
         count: KeptCount {
