@@ -1366,6 +1366,17 @@ async fn measure_all(
         )
     });
     let ingest_started = Instant::now();
+    // What waits for the applier when the ingest starts and when it ends: the events it
+    // applied meanwhile are those acknowledged less what the wait grew by.
+    let waiting = || async {
+        let backlog = crate::ingest::journal::backlog(conn, Some(&loaded.organization_id)).await?;
+        Ok::<u64, sea_orm::DbErr>(u64::try_from(backlog.events).unwrap_or(0))
+    };
+    let waiting_before = if ingest.is_some() {
+        waiting().await?
+    } else {
+        0
+    };
 
     let selected: Vec<Arc<Case>> = cases()
         .into_iter()
@@ -1451,14 +1462,24 @@ async fn measure_all(
     if let Some(ingest) = ingest {
         let _ = ingest.await;
         let secs = ingest_started.elapsed().as_secs_f64();
+        let waiting_after = waiting().await?;
+        let acknowledged = acknowledged.load(Ordering::Relaxed);
+        let applied = (acknowledged + waiting_before).saturating_sub(waiting_after);
         let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
         let why: Vec<String> = failed.iter().map(|(w, n)| format!("{w}: {n}")).collect();
         println!(
-            "ingest beside the cases: {:.0} events/s acknowledged ({} batches failed{}) of {} offered",
-            acknowledged.load(Ordering::Relaxed) as f64 / secs,
+            "ingest beside the cases: {:.0} events/s acknowledged ({} batches failed{}) of {} \
+             offered; {:.0} events/s applied ({waiting_after} events waiting for the applier at \
+             the end, {waiting_before} at the start)",
+            acknowledged as f64 / secs,
             failed.values().sum::<u64>(),
-            if why.is_empty() { String::new() } else { format!(": {}", why.join(", ")) },
-            args.with_ingest
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", why.join(", "))
+            },
+            args.with_ingest,
+            applied as f64 / secs,
         );
     }
     println!(
