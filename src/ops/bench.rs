@@ -14,7 +14,8 @@
 //! planner statistics and search index included), and each case is called by `--concurrency`
 //! callers for `--seconds`, each call with a random input of its kind (random customers, most of
 //! them small as in a real book, and the tails in cases of their own). `--with-ingest RATE` sends
-//! that many events per second to the large organization meanwhile. Every case prints its p50
+//! that many events per second of the large organization's users (at random) meanwhile, and
+//! reports how many the applier applied. Every case prints its p50
 //! and p99 and the ratio of its p99 to its target. `--during-import` calls the cases while a
 //! `custintel import` process fills the same database instead ([`beside_import`]).
 
