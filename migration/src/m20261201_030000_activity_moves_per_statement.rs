@@ -11,10 +11,30 @@
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
+use crate::kept_counts::KeptByBucket;
 use crate::m20261130_020000_customer_activity_counts::activity_counts;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
+
+/// Runs the statements `of` gives for each activity count, on PostgreSQL only.
+async fn run(
+    manager: &SchemaManager<'_>,
+    of: fn(&KeptByBucket) -> Vec<String>,
+) -> Result<(), DbErr> {
+    if manager.get_database_backend() != DbBackend::Postgres {
+        return Ok(());
+    }
+    for counted in activity_counts(DbBackend::Postgres) {
+        for statement in of(&counted) {
+            manager
+                .get_connection()
+                .execute_unprepared(&statement)
+                .await?;
+        }
+    }
+    Ok(())
+}
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
@@ -24,32 +44,10 @@ impl MigrationTrait for Migration {
     }
 
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        for counted in activity_counts(DbBackend::Postgres) {
-            for statement in counted.postgres_moves_per_statement() {
-                manager
-                    .get_connection()
-                    .execute_unprepared(&statement)
-                    .await?;
-            }
-        }
-        Ok(())
+        run(manager, KeptByBucket::postgres_moves_per_statement).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        for counted in activity_counts(DbBackend::Postgres) {
-            for statement in counted.postgres_moves_per_row() {
-                manager
-                    .get_connection()
-                    .execute_unprepared(&statement)
-                    .await?;
-            }
-        }
-        Ok(())
+        run(manager, KeptByBucket::postgres_moves_per_row).await
     }
 }
