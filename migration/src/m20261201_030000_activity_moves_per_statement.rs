@@ -9,7 +9,7 @@
 //! counter row in place.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm_migration::sea_orm::DbBackend;
 
 use crate::kept_counts::KeptByBucket;
 use crate::m20261130_020000_customer_activity_counts::activity_counts;
@@ -17,23 +17,12 @@ use crate::m20261130_020000_customer_activity_counts::activity_counts;
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
-/// Runs the statements `of` gives for each activity count, on PostgreSQL only.
-async fn run(
-    manager: &SchemaManager<'_>,
-    of: fn(&KeptByBucket) -> Vec<String>,
-) -> Result<(), DbErr> {
-    if manager.get_database_backend() != DbBackend::Postgres {
-        return Ok(());
-    }
-    for counted in activity_counts(DbBackend::Postgres) {
-        for statement in of(&counted) {
-            manager
-                .get_connection()
-                .execute_unprepared(&statement)
-                .await?;
-        }
-    }
-    Ok(())
+/// The statements `of` gives for each activity count.
+fn for_each_count(of: fn(&KeptByBucket) -> Vec<String>) -> Vec<String> {
+    activity_counts(DbBackend::Postgres)
+        .iter()
+        .flat_map(of)
+        .collect()
 }
 
 #[async_trait::async_trait]
@@ -44,10 +33,18 @@ impl MigrationTrait for Migration {
     }
 
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        run(manager, KeptByBucket::postgres_moves_per_statement).await
+        crate::postgres_only::run(
+            manager,
+            &for_each_count(KeptByBucket::postgres_moves_per_statement),
+        )
+        .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        run(manager, KeptByBucket::postgres_moves_per_row).await
+        crate::postgres_only::run(
+            manager,
+            &for_each_count(KeptByBucket::postgres_moves_per_row),
+        )
+        .await
     }
 }

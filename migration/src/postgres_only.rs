@@ -5,12 +5,18 @@ use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 /// Runs `statements` in order on PostgreSQL; nothing on another database.
-pub async fn run(manager: &SchemaManager<'_>, statements: &[&str]) -> Result<(), DbErr> {
+pub async fn run<S: AsRef<str>>(
+    manager: &SchemaManager<'_>,
+    statements: &[S],
+) -> Result<(), DbErr> {
     if manager.get_database_backend() != DbBackend::Postgres {
         return Ok(());
     }
     for sql in statements {
-        manager.get_connection().execute_unprepared(sql).await?;
+        manager
+            .get_connection()
+            .execute_unprepared(sql.as_ref())
+            .await?;
     }
     Ok(())
 }

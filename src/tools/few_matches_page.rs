@@ -73,7 +73,8 @@ fn list_order(a: &SortKey, b: &SortKey) -> Ordering {
 /// checks (none: every row `served` selects matches).
 ///
 /// `known` is the first page's total when the caller knows it already (kept counts of a trait
-/// value, a counted revenue range): then the matches are not counted again.
+/// value, a counted revenue range): then PostgreSQL does not count the matches again (the
+/// keys' path below counts them anyway, as it reads them all).
 ///
 /// Elsewhere than PostgreSQL, the keys are read with whether each row matches, so the total is
 /// the number of matching keys (exact: every candidate was read) and the page reads only
