@@ -1009,48 +1009,71 @@ db_test!(
                 .try_get("", "s")
                 .expect("name");
             let url = std::env::var("TEST_DATABASE_URL").expect("PostgreSQL");
-            let other = custintel::db::connect(&url, Some(&schema))
-                .await
-                .expect("connect");
-            let count_rows = "SELECT count(*) AS n FROM record_counts WHERE shard <> 0";
-            let ended_rows = || async {
+            // Buckets with more than one row besides live backends' rows: what a fold merges.
+            let unmerged = || async {
                 let row = app
                     .db
                     .query_one_raw(sea_orm::Statement::from_string(
                         DatabaseBackend::Postgres,
-                        count_rows,
+                        "SELECT count(*) AS n FROM (SELECT 1 FROM record_counts \
+                         WHERE shard = 0 OR shard NOT IN (SELECT pid FROM pg_stat_activity) \
+                         GROUP BY organization_id, record, bucket HAVING count(*) > 1) AS b",
                     ))
                     .await
                     .expect("count")
                     .expect("a row");
                 row.try_get::<i64>("", "n").expect("n")
             };
-            let before = ended_rows().await;
-            add_customer_on(
-                &other,
-                &mine,
-                "Ended",
-                "t-ended.com",
-                BillingStatus::Paying,
-                4_200,
-            )
-            .await;
-            other.close().await.expect("close");
+            // Two backends that end, each counting a paying customer: the same bucket in two
+            // ended rows.
+            for (name, domain) in [("Ended", "t-ended.com"), ("Ended too", "t-ended-too.com")] {
+                let other = custintel::db::connect(&url, Some(&schema))
+                    .await
+                    .expect("connect");
+                add_customer_on(&other, &mine, name, domain, BillingStatus::Paying, 4_200).await;
+                other.close().await.expect("close");
+            }
+            // A bucket whose only row is an ended backend's (no backend has a negative pid) has
+            // nothing to merge with: it stays as it is.
+            let lone = "SELECT count(*) AS n FROM record_counts \
+                        WHERE bucket = 'lone-bucket' AND shard = -1";
+            app.db
+                .execute_raw(sea_orm::Statement::from_sql_and_values(
+                    DatabaseBackend::Postgres,
+                    "INSERT INTO record_counts (organization_id, record, bucket, shard, n, amount) \
+                     VALUES ($1, 'customer_users', 'lone-bucket', -1, 0, 0)",
+                    [mine.clone().into()],
+                ))
+                .await
+                .expect("a lone row");
             let mut folded = 0;
             for _ in 0..100 {
                 folded += custintel::tools::record_counts::fold(&app.db)
                     .await
                     .expect("fold");
-                if folded > 0 {
+                if folded > 0 && unmerged().await == 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            assert!(folded > 0, "the ended backend's counts were not folded");
-            assert!(
-                ended_rows().await <= before,
-                "rows of ended backends remain"
+            assert!(folded > 0, "the ended backends' counts were not folded");
+            assert_eq!(
+                unmerged().await,
+                0,
+                "a bucket keeps several rows of ended backends"
             );
+            let lone_rows: i64 = app
+                .db
+                .query_one_raw(sea_orm::Statement::from_string(
+                    DatabaseBackend::Postgres,
+                    lone,
+                ))
+                .await
+                .expect("count")
+                .expect("a row")
+                .try_get("", "n")
+                .expect("n");
+            assert_eq!(lone_rows, 1, "a bucket's only row was folded");
         }
         for org in [&mine, &theirs] {
             let ask = |text: &str| {
