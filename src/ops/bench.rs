@@ -1016,14 +1016,18 @@ fn spawn_ingest(
 pub async fn tools(args: ToolsBenchArgs) -> Result<()> {
     if let Some(kept) = &args.reuse {
         let (conn, label, location) = match &args.postgres {
-            Some(url) => (
-                crate::db::connect(url, Some(kept)).await?,
-                format!("PostgreSQL ({url}, schema {kept}), reused"),
-                Location::Postgres {
-                    url: url.clone(),
-                    schema: kept.clone(),
-                },
-            ),
+            Some(url) => {
+                let conn = crate::db::connect(url, Some(kept)).await?;
+                let settings = bench_ingest::postgres_settings(&conn).await?;
+                (
+                    conn,
+                    format!("PostgreSQL ({url}, schema {kept}; {settings}), reused"),
+                    Location::Postgres {
+                        url: url.clone(),
+                        schema: kept.clone(),
+                    },
+                )
+            }
             None => {
                 let path = std::path::Path::new(kept);
                 if !path.is_file() {

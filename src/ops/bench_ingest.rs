@@ -686,9 +686,10 @@ pub(crate) async fn open(
             .await?;
             let conn = db::connect(url, Some(&schema)).await?;
             db::migrate(&conn).await?;
+            let settings = postgres_settings(&conn).await?;
             Ok((
                 conn,
-                format!("PostgreSQL ({url}, schema {schema})"),
+                format!("PostgreSQL ({url}, schema {schema}; {settings})"),
                 Some(schema),
             ))
         }
@@ -699,6 +700,40 @@ pub(crate) async fn open(
             None,
         )),
     }
+}
+
+/// The PostgreSQL server's settings that move write-heavy figures most, as one line for a
+/// benchmark's header: the same book measures very differently with a larger WAL between
+/// checkpoints or compressed full-page images, so figures are comparable only with these.
+pub(crate) async fn postgres_settings(
+    conn: &sea_orm::DatabaseConnection,
+) -> anyhow::Result<String> {
+    const NAMES: [&str; 6] = [
+        "shared_buffers",
+        "max_wal_size",
+        "wal_compression",
+        "synchronous_commit",
+        "autovacuum",
+        "max_connections",
+    ];
+    let mut settings = Vec::with_capacity(NAMES.len());
+    for name in NAMES {
+        let row = sea_orm::ConnectionTrait::query_one_raw(
+            conn,
+            sea_orm::Statement::from_sql_and_values(
+                sea_orm::DbBackend::Postgres,
+                "SELECT current_setting($1) AS value",
+                [name.into()],
+            ),
+        )
+        .await?;
+        let value: String = match row {
+            Some(row) => row.try_get("", "value")?,
+            None => "?".into(),
+        };
+        settings.push(format!("{name} {value}"));
+    }
+    Ok(format!("server: {}", settings.join(", ")))
 }
 
 /// A serving instance a benchmark started in its process.
