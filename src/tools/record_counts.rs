@@ -121,14 +121,11 @@ const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 /// PostgreSQL: moves the counts of backends that have ended into the bucket's shared row
 /// (`shard` 0), in one statement; returns how many shared rows it wrote. Rows of live backends
 /// stay: only their own backend changes them, so folding never waits on a writer. An ended
-/// backend's row is left as it is when it is its bucket's only row besides live backends':
-/// folding it would make one row of one row. After an import that is nearly every row (each
-/// customer's counts written by one of the import's backends), which folded, at a million
-/// customers, was a 53 s statement deleting and writing again 1.3 million rows (8 GB of WAL)
-/// in the first minute of the next `serve`. So after a fold each bucket has at most one row
-/// besides those of live backends, as before, and readers sum whatever rows there are.
-/// Instances folding at once take turns on an advisory lock. A no-op on SQLite (one row per
-/// bucket).
+/// backend's row that is its bucket's only row besides live backends' stays too: readers sum
+/// whatever rows there are, and folding it would rewrite one row as one row, which after an
+/// import is nearly every customer's counts (docs/decisions.md, "Kept counts"). So after a
+/// fold each bucket has at most one row besides live backends'. Instances folding at once take
+/// turns on an advisory lock. A no-op on SQLite (one row per bucket).
 pub async fn fold(db: &DatabaseConnection) -> Result<u64, DbErr> {
     use sea_orm::{DbBackend, Statement, TransactionTrait};
     if db.get_database_backend() != DbBackend::Postgres {
