@@ -716,23 +716,21 @@ pub(crate) async fn postgres_settings(
         "autovacuum",
         "max_connections",
     ];
-    let mut settings = Vec::with_capacity(NAMES.len());
-    for name in NAMES {
-        let row = sea_orm::ConnectionTrait::query_one_raw(
-            conn,
-            sea_orm::Statement::from_sql_and_values(
-                sea_orm::DbBackend::Postgres,
-                "SELECT current_setting($1) AS value",
-                [name.into()],
-            ),
-        )
-        .await?;
-        let value: String = match row {
-            Some(row) => row.try_get("", "value")?,
-            None => "?".into(),
-        };
-        settings.push(format!("{name} {value}"));
-    }
+    // One statement for all of them: a row per name, in the list's order.
+    let rows = sea_orm::ConnectionTrait::query_all_raw(
+        conn,
+        sea_orm::Statement::from_sql_and_values(
+            sea_orm::DbBackend::Postgres,
+            "SELECT name || ' ' || current_setting(name) AS setting \
+             FROM unnest(string_to_array($1, ',')) WITH ORDINALITY AS s(name, place) ORDER BY place",
+            [NAMES.join(",").into()],
+        ),
+    )
+    .await?;
+    let settings = rows
+        .iter()
+        .map(|row| row.try_get::<String>("", "setting"))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(format!("server: {}", settings.join(", ")))
 }
 

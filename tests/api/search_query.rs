@@ -1009,21 +1009,23 @@ db_test!(
                 .try_get("", "s")
                 .expect("name");
             let url = std::env::var("TEST_DATABASE_URL").expect("PostgreSQL");
-            // Buckets with more than one row besides live backends' rows: what a fold merges.
-            let unmerged = || async {
-                let row = app
-                    .db
+            // The `n` a counting statement answers.
+            let count = |text: &'static str| async move {
+                app.db
                     .query_one_raw(sea_orm::Statement::from_string(
                         DatabaseBackend::Postgres,
-                        "SELECT count(*) AS n FROM (SELECT 1 FROM record_counts \
-                         WHERE shard = 0 OR shard NOT IN (SELECT pid FROM pg_stat_activity) \
-                         GROUP BY organization_id, record, bucket HAVING count(*) > 1) AS b",
+                        text,
                     ))
                     .await
                     .expect("count")
-                    .expect("a row");
-                row.try_get::<i64>("", "n").expect("n")
+                    .expect("a row")
+                    .try_get::<i64>("", "n")
+                    .expect("n")
             };
+            // Buckets with more than one row besides live backends' rows: what a fold merges.
+            let unmerged = "SELECT count(*) AS n FROM (SELECT 1 FROM record_counts \
+                            WHERE shard = 0 OR shard NOT IN (SELECT pid FROM pg_stat_activity) \
+                            GROUP BY organization_id, record, bucket HAVING count(*) > 1) AS b";
             // Two backends that end, each counting a paying customer: the same bucket in two
             // ended rows.
             for (name, domain) in [("Ended", "t-ended.com"), ("Ended too", "t-ended-too.com")] {
@@ -1051,28 +1053,18 @@ db_test!(
                 folded += custintel::tools::record_counts::fold(&app.db)
                     .await
                     .expect("fold");
-                if folded > 0 && unmerged().await == 0 {
+                if folded > 0 && count(unmerged).await == 0 {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             assert!(folded > 0, "the ended backends' counts were not folded");
             assert_eq!(
-                unmerged().await,
+                count(unmerged).await,
                 0,
                 "a bucket keeps several rows of ended backends"
             );
-            let lone_rows: i64 = app
-                .db
-                .query_one_raw(sea_orm::Statement::from_string(
-                    DatabaseBackend::Postgres,
-                    lone,
-                ))
-                .await
-                .expect("count")
-                .expect("a row")
-                .try_get("", "n")
-                .expect("n");
+            let lone_rows = count(lone).await;
             assert_eq!(lone_rows, 1, "a bucket's only row was folded");
         }
         for org in [&mine, &theirs] {
